@@ -1,0 +1,116 @@
+# kvidx - build, test, demo.  `make demo` and `make test` work on a fresh
+# Debian machine: missing packages are installed when run as root.
+#
+# Fragments (bench/bench.mk, fuzz/fuzz.mk, examples/examples.mk) add their own
+# targets and append the names of their test targets to TEST_PARTS; `make
+# test` runs every part through tests/run_parts.sh, which prints the
+# closing "N passed, N failed" line.
+
+CC      ?= cc
+CXX     ?= c++
+CLANG   := $(shell command -v clang 2>/dev/null)
+CLANGXX := $(shell command -v clang++ 2>/dev/null)
+BUILD   := build
+WARN    := -Wall -Wextra -Wpedantic -Werror
+CFLAGS_BASE := -std=c11 $(WARN) -O2 -g -I.
+SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+PTHREAD := -pthread
+PREFIX  ?= /usr/local
+
+# Debian packages the build needs; `deps` installs them when root.
+DEB_PKGS := libxxhash-dev clang libclang-rt-14-dev
+DEB_OPT_PKGS := hyperfine
+
+TEST_PARTS :=
+
+.PHONY: all deps test demo install clean check-core test-core
+
+all: $(BUILD)/test_core
+
+deps: $(BUILD)/.deps
+$(BUILD)/.deps:
+	@mkdir -p $(BUILD)
+	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "deps: installing$$missing"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing $(DEB_OPT_PKGS)) >$(BUILD)/apt.log 2>&1 || \
+	      { echo "deps: apt-get failed, see $(BUILD)/apt.log"; exit 1; }; \
+	  else \
+	    echo "deps: missing Debian packages:$$missing"; \
+	    echo "deps: run: sudo apt-get install$$missing"; exit 1; \
+	  fi; \
+	fi
+	@test -f /usr/include/xxhash.h || { echo "deps: xxhash.h not found (install libxxhash-dev)"; exit 1; }
+	@touch $@
+
+-include bench/bench.mk
+-include fuzz/fuzz.mk
+-include examples/examples.mk
+
+# ---- core tests ------------------------------------------------------------
+TEST_SRCS := tests/test_core.c tests/test_impl.c
+TEST_HDRS := kvidx.h tests/testutil.h
+
+$(BUILD)/test_core: $(TEST_SRCS) $(TEST_HDRS) | deps
+	$(CC) $(CFLAGS_BASE) -o $@ $(TEST_SRCS) $(PTHREAD)
+
+$(BUILD)/test_core_asan: $(TEST_SRCS) $(TEST_HDRS) | deps
+	$(CC) $(CFLAGS_BASE) -O1 $(SAN) -o $@ $(TEST_SRCS) $(PTHREAD)
+
+$(BUILD)/test_core_clang: $(TEST_SRCS) $(TEST_HDRS) | deps
+	$(CLANG) $(CFLAGS_BASE) -o $@ $(TEST_SRCS) $(PTHREAD)
+
+$(BUILD)/test_core_clang_asan: $(TEST_SRCS) $(TEST_HDRS) | deps
+	$(CLANG) $(CFLAGS_BASE) -O1 $(SAN) -o $@ $(TEST_SRCS) $(PTHREAD)
+
+VECTORS := ../shared/vectors/dynamo_hash_vectors.json
+
+test-core-gcc: $(BUILD)/test_core
+	$(BUILD)/test_core $(VECTORS)
+test-core-gcc-asan: $(BUILD)/test_core_asan
+	$(BUILD)/test_core_asan $(VECTORS)
+test-core-clang: $(BUILD)/test_core_clang
+	$(BUILD)/test_core_clang $(VECTORS)
+test-core-clang-asan: $(BUILD)/test_core_clang_asan
+	$(BUILD)/test_core_clang_asan $(VECTORS)
+
+# Compile checks: C11 / C++ / two TUs / KVIDX_STATIC / KVIDX_NO_MALLOC (nm).
+test-compile: | deps
+	@mkdir -p $(BUILD)/compile
+	$(CC)  -std=c11 $(WARN) -I. -c tests/compile_impl.c -o $(BUILD)/compile/impl_c.o
+	$(CXX) -std=c++17 -Wall -Wextra -Wpedantic -Werror -I. -x c++ -c tests/compile_impl.c -o $(BUILD)/compile/impl_cxx.o
+	$(CC)  -std=c11 $(WARN) -I. -o $(BUILD)/compile/two_tu tests/compile_impl.c tests/compile_user.c $(PTHREAD) && $(BUILD)/compile/two_tu
+	$(CC)  -std=c11 $(WARN) -I. -DKVIDX_STATIC -c tests/compile_impl.c -o $(BUILD)/compile/static.o
+	$(CC)  -std=c11 $(WARN) -I. -DKVIDX_NO_MALLOC -DKVIDX_NO_THREADS -c tests/compile_impl.c -o $(BUILD)/compile/nomalloc.o
+	@if nm $(BUILD)/compile/nomalloc.o | grep -E ' U (malloc|calloc|realloc|free|pthread_[a-z_]*)$$'; then \
+	  echo "KVIDX_NO_MALLOC build references an allocator or pthread symbol"; exit 1; fi
+	@echo "compile checks ok"
+ifneq ($(CLANG),)
+	$(CLANG) -std=c11 $(WARN) -I. -c tests/compile_impl.c -o $(BUILD)/compile/impl_clang.o
+	$(CLANGXX) -std=c++17 -Wall -Wextra -Wpedantic -Werror -I. -x c++ -c tests/compile_impl.c -o $(BUILD)/compile/impl_clangxx.o
+endif
+
+CORE_PARTS := test-core-gcc test-core-gcc-asan test-compile
+ifneq ($(CLANG),)
+CORE_PARTS += test-core-clang test-core-clang-asan
+endif
+
+test: deps
+	@sh tests/run_parts.sh $(CORE_PARTS) $(TEST_PARTS)
+
+# ---- demo / install ----------------------------------------------------------
+DEMO_TARGET ?= demo-basic
+demo: deps $(DEMO_TARGET)
+
+$(BUILD)/demo_basic: examples/demo_basic.c kvidx.h | deps
+	$(CC) $(CFLAGS_BASE) -o $@ examples/demo_basic.c
+demo-basic: $(BUILD)/demo_basic
+	$(BUILD)/demo_basic
+
+install:
+	install -d $(DESTDIR)$(PREFIX)/include
+	install -m 644 kvidx.h $(DESTDIR)$(PREFIX)/include/kvidx.h
+
+clean:
+	rm -rf $(BUILD)

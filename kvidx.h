@@ -1,0 +1,2066 @@
+/* kvidx.h - v0.1.0 - KV-block index for LLM routers - public domain / MIT
+ *
+ * A global index of the KV-cache blocks held by every worker of an LLM
+ * inference fleet, fed by KV events (Stored / Removed / Cleared) and queried
+ * on every request: for each worker, how many leading blocks of this prompt
+ * does it hold?  Compatible with NVIDIA Dynamo's hashing and semantics.
+ *
+ * USAGE
+ *   In exactly one C or C++ file:
+ *       #define KVIDX_IMPLEMENTATION
+ *       #include "kvidx.h"
+ *   Everywhere else include "kvidx.h" alone.  Needs xxhash.h (Debian:
+ *   libxxhash-dev) on the include path at build time only: it is inlined under
+ *   a private namespace, so no xxhash library is linked and an application's
+ *   own copy of xxHash cannot clash.
+ *
+ * QUICK TOUR
+ *       kvidx_config cfg = {0};                 // zero = working defaults
+ *       cfg.kind = KVIDX_POSITIONAL;            // or KVIDX_RADIX, KVIDX_REFERENCE
+ *       kvidx *ix;  kvidx_create(&ix, &cfg);
+ *       uint64_t loc[4], seq[4];
+ *       size_t n = kvidx_block_hashes(tokens, n_tokens, 16, KVIDX_SEED, loc);
+ *       kvidx_seq_hashes(loc, n, seq);
+ *       kvidx_block b[4]; for (i..n) b[i].local = loc[i], b[i].seq = seq[i];
+ *       kvidx_store(ix, worker_id, dp_rank, NULL, b, n);   // Stored event
+ *       kvidx_score sc[16];
+ *       size_t m = kvidx_find_matches(ix, loc, n, sc, 16); // per-worker depth
+ *       kvidx_destroy(ix);
+ *
+ * OPTIONS (define before including the implementation; one place for all)
+ *   KVIDX_STATIC          all functions static (private copy per TU).
+ *   KVIDX_NO_MALLOC       no malloc/free referenced at all: kvidx_create needs
+ *                         cfg->alloc/cfg->free, or use kvidx_init_buffer.
+ *   KVIDX_MALLOC(sz) / KVIDX_FREE(p)  default allocator (malloc/free).
+ *   KVIDX_NO_THREADS      single-threaded build: plain loads/stores instead of
+ *                         atomics; no concurrent readers allowed.
+ *   KVIDX_WORKERS_MAX     hard upper bound of cfg.max_workers (default 4096);
+ *                         query scratch bitsets live on the stack.
+ *   KVIDX_JUMP_MAX        upper bound of cfg.jump (default 256).
+ *   KVIDX_TEST_HOOK(ix, where)  test-only: called inside writer critical
+ *                         sections (deterministic interleaving tests).
+ *
+ * SEMANTICS (the reference model, kind KVIDX_REFERENCE, is the definition)
+ *   A worker is (worker_id u64, dp_rank u32).  Stored(worker, parent, blocks):
+ *   block 0's parent is `parent` (a seq hash the worker holds; NULL = root),
+ *   block i's parent is block i-1.  Each new block gets a canonical chain hash
+ *   chain = parent ? kvidx_seq_hash_next(chain(parent), local) : local.  The
+ *   engine's seq hash is only a per-worker key (for parents and removals), so
+ *   engines with opaque seq hashes still match exactly.
+ *   - Unknown parent: KVIDX_ENOPARENT, nothing changes.
+ *   - Re-storing a seq the worker holds leaves that block as it is (no error);
+ *     the next block of the run then chains from that held block.
+ *   - Removed(worker, seqs): no cascade; descendants stay held, so the
+ *     worker's score stops at the hole.  Unknown seqs are skipped and counted:
+ *     KVIDX_ENOENT after the known ones are removed.
+ *   - Cleared(worker): the worker holds nothing (unknown worker: KVIDX_OK).
+ *     remove_worker(id): every dp_rank of id.
+ *   - find_matches(locals): query chains q_i; a worker's score is the largest
+ *     k with the worker holding chains q_0..q_{k-1}; only k >= 1 reported,
+ *     sorted by depth desc, then worker_id, then dp_rank ascending.
+ *   - Capacity: cfg.max_blocks bounds (worker, block) holdings, cfg.max_workers
+ *     the workers holding >= 1 block: both are semantic (every kind refuses
+ *     the same stores with KVIDX_EFULL).  cfg.max_entries bounds the index's
+ *     own entries (radix nodes / positional entries): a memory cap that can
+ *     refuse earlier than max_blocks for some kinds.  On any error nothing
+ *     changed.
+ *
+ * KINDS: which to choose
+ *   KVIDX_RADIX       tree of nodes, one per chain, children found through a
+ *                     hash of (parent, local).  Queries walk node by node and
+ *                     never hash; robust for short prompts and tiny fleets.
+ *   KVIDX_POSITIONAL  Dynamo's Flash Indexer made exact: entries keyed by
+ *                     (position, local) with the chain verified; jump search
+ *                     with binary-searched drain points.  Fastest on long
+ *                     shared prefixes (the common case); default choice.
+ *   KVIDX_REFERENCE   the naive nested-map model that defines the semantics:
+ *                     a correctness oracle for your own tests.  Slow.
+ *
+ * THREADING
+ *   See the "concurrency" section below the API for the full contract.
+ *   Short form: any number of threads may call kvidx_find_matches at any time;
+ *   writer calls (store/remove/clear/remove_worker) for one worker come from
+ *   one thread at a time, writer calls for different workers may come from
+ *   different threads at once (they serialize internally on a short spinlock).
+ *   create/destroy/init_buffer need exclusive access.  KVIDX_REFERENCE and
+ *   KVIDX_NO_THREADS builds allow no concurrency at all.
+ *
+ * CHANGELOG
+ *   0.1.0  first release: hashing, reference model, radix and positional
+ *          indexes, caller-buffer mode, seqlock reader path.
+ *
+ * LICENSE: MIT or public domain, your choice.
+ */
+#ifndef KVIDX_H
+#define KVIDX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVIDX_VERSION_MAJOR 0
+#define KVIDX_VERSION_MINOR 1
+#define KVIDX_VERSION_PATCH 0
+#define KVIDX_VERSION_NUMBER                                                   \
+  (KVIDX_VERSION_MAJOR * 10000 + KVIDX_VERSION_MINOR * 100 + KVIDX_VERSION_PATCH)
+
+#ifdef KVIDX_STATIC
+#define KVIDX_API static
+#else
+#define KVIDX_API extern
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status codes: 0 is success, errors are negative ------------------ */
+enum {
+  KVIDX_OK = 0,
+  KVIDX_EINVAL = -1,    /* bad argument (NULL pointer, bad config, ...)    */
+  KVIDX_ENOMEM = -2,    /* allocation hook failed; nothing changed         */
+  KVIDX_EFULL = -3,     /* max_blocks / max_workers / max_entries reached  */
+  KVIDX_ENOPARENT = -4, /* Stored with a parent the worker does not hold   */
+  KVIDX_ENOENT = -5,    /* Removed named seqs the worker does not hold     */
+  KVIDX_ENOTSUP = -6    /* operation not supported by this kind / mode     */
+};
+
+/* Dynamo's hash seed. */
+#define KVIDX_SEED 1337u
+
+/* ---- hashing: Dynamo's contract, byte for byte --------------------------
+ * local hash  = XXH3-64(tokens as u32 little endian, seed)   (full blocks)
+ * seq[0]      = local[0];  seq[i] = XXH3-64(le64(seq[i-1]) || le64(local[i]), 1337)
+ * salted seed = 1337 + XXH3-64(lora, 0) [if non-empty] + XXH3-64(ns, 1) [if non-empty] */
+KVIDX_API uint64_t kvidx_hash_seed(const char *lora_name, const char *namespace_);
+KVIDX_API uint64_t kvidx_block_hash(const uint32_t *tokens, size_t n_tokens,
+                                    uint64_t seed);
+/* Hashes the n_tokens / block_size full blocks (block_size 0: none); returns
+ * how many were written to out_local.  The partial tail is not hashed. */
+KVIDX_API size_t kvidx_block_hashes(const uint32_t *tokens, size_t n_tokens,
+                                    size_t block_size, uint64_t seed,
+                                    uint64_t *out_local);
+KVIDX_API uint64_t kvidx_seq_hash_next(uint64_t parent_seq, uint64_t local);
+KVIDX_API void kvidx_seq_hashes(const uint64_t *local, size_t n,
+                                uint64_t *out_seq);
+
+/* ---- the index ---------------------------------------------------------- */
+typedef struct kvidx kvidx;
+
+typedef enum {
+  KVIDX_RADIX = 0,
+  KVIDX_POSITIONAL = 1,
+  KVIDX_REFERENCE = 2
+} kvidx_kind;
+
+typedef struct {
+  uint64_t local, seq;
+} kvidx_block;
+
+typedef struct {
+  uint64_t worker_id;
+  uint32_t dp_rank;
+  uint32_t depth;
+} kvidx_score;
+
+/* Allocation hooks: all memory goes through them (or KVIDX_MALLOC/FREE). */
+typedef void *(*kvidx_alloc_fn)(void *ctx, size_t size);
+typedef void (*kvidx_free_fn)(void *ctx, void *ptr, size_t size);
+
+/* A config that is zero except .kind works: heap mode, growing capacity,
+ * 1,024 worker slots. */
+typedef struct {
+  int kind;             /* kvidx_kind                                        */
+  uint32_t max_workers; /* worker slots (bitset width); 0 = 1024             */
+  size_t max_blocks;    /* most (worker, block) holdings; 0 = unlimited in
+                           heap mode, KVIDX_BUFFER_DEFAULT_BLOCKS in buffer  */
+  size_t max_entries;   /* most index entries; 0 = unlimited (heap) or
+                           max_blocks (buffer mode)                          */
+  uint32_t jump;        /* positional jump size, 1..KVIDX_JUMP_MAX; 0 = 8    */
+  uint32_t flags;       /* reserved, must be 0                               */
+  kvidx_alloc_fn alloc; /* NULL = KVIDX_MALLOC                               */
+  kvidx_free_fn free;   /* NULL = KVIDX_FREE (must be set iff alloc is)      */
+  void *alloc_ctx;
+} kvidx_config;
+
+#define KVIDX_BUFFER_DEFAULT_BLOCKS 65536u
+
+KVIDX_API int kvidx_create(kvidx **out, const kvidx_config *cfg);
+/* Caller-buffer mode: size needed for cfg (0 if cfg is invalid or the kind
+ * has no buffer mode), then init in a buffer of that many bytes (any
+ * alignment).  Nothing is allocated, ever. */
+KVIDX_API size_t kvidx_buffer_size(const kvidx_config *cfg);
+KVIDX_API int kvidx_init_buffer(kvidx **out, const kvidx_config *cfg,
+                                void *mem, size_t len);
+KVIDX_API void kvidx_destroy(kvidx *ix);
+
+/* Events.  Every call returns a status; on error nothing changed (except
+ * KVIDX_ENOENT from kvidx_remove, which removed the known seqs). */
+KVIDX_API int kvidx_store(kvidx *ix, uint64_t worker_id, uint32_t dp_rank,
+                          const uint64_t *parent_seq, const kvidx_block *b,
+                          size_t n);
+KVIDX_API int kvidx_remove(kvidx *ix, uint64_t worker_id, uint32_t dp_rank,
+                           const uint64_t *seq, size_t n);
+KVIDX_API int kvidx_clear(kvidx *ix, uint64_t worker_id, uint32_t dp_rank);
+KVIDX_API int kvidx_remove_worker(kvidx *ix, uint64_t worker_id);
+
+/* Queries.  Returns how many workers match (may exceed cap); writes the best
+ * min(that, cap) to out, sorted by depth desc, worker_id asc, dp_rank asc.
+ * Allocates nothing; 0 for a NULL ix. */
+KVIDX_API size_t kvidx_find_matches(const kvidx *ix, const uint64_t *locals,
+                                    size_t n, kvidx_score *out, size_t cap);
+KVIDX_API size_t kvidx_worker_blocks(const kvidx *ix, uint64_t worker_id,
+                                     uint32_t dp_rank);
+
+typedef struct {
+  size_t blocks;      /* (worker, block) holdings                          */
+  size_t workers;     /* workers holding >= 1 block                        */
+  size_t entries;     /* index entries (radix nodes / positional entries)  */
+  size_t bytes;       /* bytes allocated now (heap) or buffer size (buffer)*/
+  size_t peak_bytes;  /* most bytes allocated at once                      */
+} kvidx_stats;
+KVIDX_API int kvidx_get_stats(const kvidx *ix, kvidx_stats *out);
+
+KVIDX_API const char *kvidx_strerror(int status);
+KVIDX_API const char *kvidx_version(void); /* "0.1.0" */
+
+/* Invariant checker (rax style): 0 if every internal invariant holds, else a
+ * negative line-number-like code.  O(size); for tests.  Not thread-safe. */
+KVIDX_API int kvidx__check(const kvidx *ix);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVIDX_H */
+
+/* ========================================================================== */
+/*                              IMPLEMENTATION                                */
+/* ========================================================================== */
+#ifdef KVIDX_IMPLEMENTATION
+#ifndef KVIDX__IMPLEMENTED
+#define KVIDX__IMPLEMENTED
+
+#include <string.h>
+#include <stdlib.h> /* qsort; malloc/free unless KVIDX_NO_MALLOC */
+
+#ifndef KVIDX_WORKERS_MAX
+#define KVIDX_WORKERS_MAX 4096
+#endif
+#ifndef KVIDX_JUMP_MAX
+#define KVIDX_JUMP_MAX 256
+#endif
+#ifndef KVIDX_TEST_HOOK
+#define KVIDX_TEST_HOOK(ix, where) ((void)0)
+#endif
+#if !defined(KVIDX_NO_MALLOC) && !defined(KVIDX_MALLOC)
+#define KVIDX_MALLOC(sz) malloc(sz)
+#define KVIDX_FREE(p) free(p)
+#endif
+
+#define KVIDX__NW_MAX ((KVIDX_WORKERS_MAX + 63) / 64)
+#define KVIDX__DEFAULT_WORKERS 1024u
+#define KVIDX__DEFAULT_JUMP 8u
+#define KVIDX__NONE 0xFFFFFFFFu   /* "no id": root parent, end of list      */
+#define KVIDX__ID_LIMIT 0x7FFFFFF0u /* ids and pool sizes stay below this    */
+
+#if defined(__cplusplus)
+#define KVIDX__CAST(T, x) (static_cast<T>(x))
+#define KVIDX__RCAST(T, x) (reinterpret_cast<T>(x))
+#define KVIDX__MUT(x) (const_cast<kvidx *>(x)) /* readers load atomics only */
+#else
+#define KVIDX__CAST(T, x) ((T)(x))
+#define KVIDX__RCAST(T, x) ((T)(x))
+#define KVIDX__MUT(x) ((kvidx *)(x))
+#endif
+
+/* ---- atomics: one macro layer --------------------------------------------
+ * C11 <stdatomic.h> in C, the same operations from <atomic> when the
+ * implementation is compiled as C++, plain memory for KVIDX_NO_THREADS.
+ * Readers use relaxed loads plus fences (Boehm, "Can seqlocks get along with
+ * programming language memory models?"); every word a racing reader may load
+ * is declared KVIDX__A(T).  ThreadSanitizer does not model standalone fences,
+ * but every racing access is atomic, so TSan reports no race either way; the
+ * fences are what make the seqlock correct on weakly ordered CPUs. */
+#if defined(KVIDX_NO_THREADS)
+#define KVIDX__A(T) T
+#define kvidx__ld(p) (*(p))
+#define kvidx__ld_acq(p) (*(p))
+#define kvidx__st(p, v) (*(p) = (v))
+#define kvidx__st_rel(p, v) (*(p) = (v))
+#define kvidx__fence_acq() ((void)0)
+#define kvidx__fence_rel() ((void)0)
+#elif defined(__cplusplus)
+#include <atomic>
+#define KVIDX__A(T) std::atomic<T>
+#define kvidx__ld(p) std::atomic_load_explicit((p), std::memory_order_relaxed)
+#define kvidx__ld_acq(p) std::atomic_load_explicit((p), std::memory_order_acquire)
+#define kvidx__st(p, v) std::atomic_store_explicit((p), (v), std::memory_order_relaxed)
+#define kvidx__st_rel(p, v) std::atomic_store_explicit((p), (v), std::memory_order_release)
+#define kvidx__fence_acq() std::atomic_thread_fence(std::memory_order_acquire)
+#define kvidx__fence_rel() std::atomic_thread_fence(std::memory_order_release)
+#define kvidx__xchg_acq(p, v) std::atomic_exchange_explicit((p), (v), std::memory_order_acquire)
+#else
+#include <stdatomic.h>
+#define KVIDX__A(T) _Atomic(T)
+#define kvidx__ld(p) atomic_load_explicit((p), memory_order_relaxed)
+#define kvidx__ld_acq(p) atomic_load_explicit((p), memory_order_acquire)
+#define kvidx__st(p, v) atomic_store_explicit((p), (v), memory_order_relaxed)
+#define kvidx__st_rel(p, v) atomic_store_explicit((p), (v), memory_order_release)
+#define kvidx__fence_acq() atomic_thread_fence(memory_order_acquire)
+#define kvidx__fence_rel() atomic_thread_fence(memory_order_release)
+#define kvidx__xchg_acq(p, v) atomic_exchange_explicit((p), (v), memory_order_acquire)
+#endif
+
+#ifdef KVIDX_STATIC
+#define KVIDX_DEF static
+#else
+#define KVIDX_DEF
+#endif
+#define KVIDX__PRIV static
+
+/* ========================================================================== */
+/* 1. Hashing                                                                 */
+/* ========================================================================== */
+#define XXH_INLINE_ALL /* private static copy under the XXH_INLINE_ namespace */
+#ifndef XXH_NO_STDLIB
+#define XXH_NO_STDLIB /* kvidx never asks xxHash to allocate */
+#endif
+#ifdef KVIDX_NO_MALLOC /* xxHash's state allocators are unused: make them inert */
+#define malloc(s) ((void)(s), (void *)0)
+#define free(p) ((void)(p))
+#endif
+#include "xxhash.h"
+#ifdef KVIDX_NO_MALLOC
+#undef malloc
+#undef free
+#endif
+
+KVIDX__PRIV int kvidx__little_endian(void) {
+  const uint32_t one = 1;
+  unsigned char b;
+  memcpy(&b, &one, 1);
+  return b == 1;
+}
+
+KVIDX__PRIV void kvidx__le64(unsigned char *p, uint64_t v) {
+  int i;
+  for (i = 0; i < 8; i++) p[i] = KVIDX__CAST(unsigned char, v >> (8 * i));
+}
+
+KVIDX_DEF uint64_t kvidx_hash_seed(const char *lora_name, const char *namespace_) {
+  uint64_t s = KVIDX_SEED;
+  if (lora_name && lora_name[0]) s += XXH3_64bits_withSeed(lora_name, strlen(lora_name), 0);
+  if (namespace_ && namespace_[0]) s += XXH3_64bits_withSeed(namespace_, strlen(namespace_), 1);
+  return s;
+}
+
+KVIDX_DEF uint64_t kvidx_block_hash(const uint32_t *tokens, size_t n_tokens, uint64_t seed) {
+  if (!tokens) n_tokens = 0;
+  if (kvidx__little_endian() || n_tokens == 0)
+    return XXH3_64bits_withSeed(n_tokens ? tokens : NULL, n_tokens * 4, seed);
+  { /* big endian: stream the tokens through a little-endian bounce buffer */
+    XXH3_state_t st;
+    unsigned char buf[256];
+    size_t i = 0;
+    XXH3_INITSTATE(&st);
+    XXH3_64bits_reset_withSeed(&st, seed);
+    while (i < n_tokens) {
+      size_t k, m = n_tokens - i < 64 ? n_tokens - i : 64;
+      for (k = 0; k < m; k++) {
+        uint32_t t = tokens[i + k];
+        buf[4 * k] = KVIDX__CAST(unsigned char, t);
+        buf[4 * k + 1] = KVIDX__CAST(unsigned char, t >> 8);
+        buf[4 * k + 2] = KVIDX__CAST(unsigned char, t >> 16);
+        buf[4 * k + 3] = KVIDX__CAST(unsigned char, t >> 24);
+      }
+      XXH3_64bits_update(&st, buf, 4 * m);
+      i += m;
+    }
+    return XXH3_64bits_digest(&st);
+  }
+}
+
+KVIDX_DEF size_t kvidx_block_hashes(const uint32_t *tokens, size_t n_tokens, size_t block_size,
+                                    uint64_t seed, uint64_t *out_local) {
+  size_t i, nb;
+  if (!tokens || !out_local || block_size == 0) return 0;
+  nb = n_tokens / block_size;
+  for (i = 0; i < nb; i++) out_local[i] = kvidx_block_hash(tokens + i * block_size, block_size, seed);
+  return nb;
+}
+
+KVIDX_DEF uint64_t kvidx_seq_hash_next(uint64_t parent_seq, uint64_t local) {
+  unsigned char b[16];
+  kvidx__le64(b, parent_seq);
+  kvidx__le64(b + 8, local);
+  return XXH3_64bits_withSeed(b, 16, KVIDX_SEED);
+}
+
+KVIDX_DEF void kvidx_seq_hashes(const uint64_t *local, size_t n, uint64_t *out_seq) {
+  size_t i;
+  if (!local || !out_seq || n == 0) return;
+  out_seq[0] = local[0];
+  for (i = 1; i < n; i++) out_seq[i] = kvidx_seq_hash_next(out_seq[i - 1], local[i]);
+}
+
+/* Bucket hash for the index's own tables (keys may be tiny in tests). */
+KVIDX__PRIV uint64_t kvidx__mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return x;
+}
+
+/* ========================================================================== */
+/* 2. Memory, worker slots and bitsets (shared by every kind)                */
+/* ========================================================================== */
+
+/* A record pool with a chained hash over it: used for the writer-side maps
+ * (seq records, worker-entry records).  Records have stable 32-bit ids; the
+ * pool may be reallocated because readers never look at it. */
+typedef struct {
+  uint32_t hnext; /* next id in bucket, KVIDX__NONE = end; free list link  */
+  uint32_t slot;  /* owning worker slot; KVIDX__NONE = record is free      */
+  uint64_t key;
+} kvidx__rh;
+
+typedef struct { /* (slot, seq) -> the block a worker holds              */
+  kvidx__rh h;
+  uint32_t entry;  /* index entry of the block                          */
+  uint32_t parent; /* entry of its parent block, KVIDX__NONE = root     */
+  uint32_t lnext, lprev; /* the worker's list of records (for Cleared)  */
+} kvidx__srec;
+
+typedef struct { /* (slot, entry) -> how the worker relates to the entry   */
+  kvidx__rh h;
+  uint32_t mult;     /* seqs of this worker whose block is this entry      */
+  uint32_t children; /* this worker's blocks whose parent is this entry    */
+} kvidx__erec;
+
+typedef struct {
+  unsigned char *recs;
+  uint32_t *heads;
+  size_t rec_size;
+  uint32_t cap, hw, count, free_head, mask;
+} kvidx__pool;
+
+/* Reader-visible part of a worker slot plus the writer's bookkeeping. */
+typedef struct {
+  KVIDX__A(uint64_t) id;
+  KVIDX__A(uint32_t) rank;
+  uint32_t used;
+  size_t blocks;  /* holdings                                                */
+  size_t orphans; /* held blocks whose parent chain the worker does not hold */
+  uint32_t list;  /* newest srec, KVIDX__NONE = empty                        */
+  uint32_t free_next;
+} kvidx__slot;
+
+/* Index entry: one per chain (radix node / positional entry), followed by
+ * nw bitset words.  Type-stable: once allocated an entry is only ever reused
+ * as an entry, so a racing reader always reads valid atomics (see 6.). */
+typedef struct {
+  KVIDX__A(uint32_t) ver;  /* seqlock: odd while the writer changes it     */
+  KVIDX__A(uint32_t) next; /* hash chain, id + 1, 0 = end                  */
+  KVIDX__A(uint32_t) hash; /* key hash: tells a reader the entry moved     */
+  KVIDX__A(uint32_t) pos;  /* depth: 0 = child of the root                 */
+  KVIDX__A(uint64_t) local;
+  KVIDX__A(uint64_t) chain;
+  KVIDX__A(uint32_t) parent; /* parent entry, KVIDX__NONE = root          */
+  uint32_t refs;             /* writer-only: worker records naming it     */
+  uint32_t kids;             /* writer-only, radix: live child entries    */
+  uint32_t fnext;            /* writer-only: free list link               */
+} kvidx__ent;
+
+typedef struct kvidx__tab {
+  uint32_t mask;
+  struct kvidx__tab *older; /* retired tables, freed at destroy (6.)      */
+  size_t bytes;
+} kvidx__tab; /* followed by mask + 1 atomic u32 bucket heads (id + 1) */
+#define KVIDX__HEADS(t) (KVIDX__RCAST(KVIDX__A(uint32_t) *, (t) + 1))
+
+#define KVIDX__CHUNKS 40
+typedef struct kvidx__ref kvidx__ref;
+
+struct kvidx {
+  int kind;
+  int buffer_mode;
+  kvidx_alloc_fn alloc;
+  kvidx_free_fn free;
+  void *actx;
+  size_t bytes, peak, buf_len, fixed_bytes;
+  uint32_t max_workers, nw, jump, stride;
+  size_t max_blocks, max_entries;
+  /* worker slots */
+  kvidx__slot *slots;
+  uint32_t *slot_map; /* open addressing over slot ids (+1), keyed by worker */
+  uint32_t slot_map_mask, slot_free, slots_used;
+  KVIDX__A(uint64_t) *holed; /* bitset: slots with orphans > 0 */
+  size_t blocks;
+  kvidx__pool S, E;
+  /* entries */
+  KVIDX__A(kvidx__tab *) tab;
+  KVIDX__A(uint32_t) tab_ver;
+  KVIDX__A(unsigned char *) chunks[KVIDX__CHUNKS];
+  uint32_t cap0, shift0, ent_cap, ent_hw, ent_count, ent_free;
+  KVIDX__A(int) wlock;
+  kvidx__ref *ref;
+};
+
+KVIDX__PRIV void *kvidx__raw_alloc(kvidx_alloc_fn fn, void *ctx, size_t n) {
+  if (fn) return fn(ctx, n);
+#ifdef KVIDX_NO_MALLOC
+  return NULL;
+#else
+  return KVIDX_MALLOC(n);
+#endif
+}
+
+KVIDX__PRIV void *kvidx__alloc(kvidx *ix, size_t n) {
+  void *p;
+  if (ix->buffer_mode || n == 0) return NULL;
+  p = kvidx__raw_alloc(ix->alloc, ix->actx, n);
+  if (p) {
+    ix->bytes += n;
+    if (ix->bytes > ix->peak) ix->peak = ix->bytes;
+  }
+  return p;
+}
+
+KVIDX__PRIV void kvidx__free(kvidx *ix, void *p, size_t n) {
+  if (!p || ix->buffer_mode) return;
+  ix->bytes -= n;
+  if (ix->free) ix->free(ix->actx, p, n);
+#ifndef KVIDX_NO_MALLOC
+  else KVIDX_FREE(p);
+#endif
+}
+
+KVIDX__PRIV size_t kvidx__align(size_t n) { return (n + 63) & ~KVIDX__CAST(size_t, 63); }
+
+KVIDX__PRIV uint32_t kvidx__pow2(uint64_t n) { /* smallest power of two >= n, >= 16 */
+  uint64_t p = 16;
+  while (p < n) p <<= 1;
+  return p > 0x80000000u ? 0x80000000u : KVIDX__CAST(uint32_t, p);
+}
+
+/* ---- writer-side record pools ----------------------------------------- */
+#define KVIDX__REC(pl, id) (KVIDX__RCAST(kvidx__rh *, (pl)->recs + (size_t)(id) * (pl)->rec_size))
+
+KVIDX__PRIV uint32_t kvidx__pool_bucket(const kvidx__pool *pl, uint32_t slot, uint64_t key) {
+  return KVIDX__CAST(uint32_t, kvidx__mix(key ^ (KVIDX__CAST(uint64_t, slot) << 40) ^ slot)) & pl->mask;
+}
+
+KVIDX__PRIV void kvidx__pool_link(kvidx__pool *pl, uint32_t id) {
+  kvidx__rh *r = KVIDX__REC(pl, id);
+  uint32_t b = kvidx__pool_bucket(pl, r->slot, r->key);
+  r->hnext = pl->heads[b];
+  pl->heads[b] = id;
+}
+
+KVIDX__PRIV void kvidx__pool_rehash(kvidx__pool *pl) {
+  uint32_t i;
+  for (i = 0; i <= pl->mask; i++) pl->heads[i] = KVIDX__NONE;
+  for (i = 0; i < pl->hw; i++)
+    if (KVIDX__REC(pl, i)->slot != KVIDX__NONE) kvidx__pool_link(pl, i);
+}
+
+/* Carve a pool of fixed capacity out of memory already owned (buffer mode). */
+KVIDX__PRIV size_t kvidx__pool_bytes(size_t rec_size, uint32_t cap) {
+  return kvidx__align(rec_size * cap) + kvidx__align(sizeof(uint32_t) * kvidx__pow2(cap));
+}
+
+KVIDX__PRIV void kvidx__pool_place(kvidx__pool *pl, unsigned char *mem, size_t rec_size, uint32_t cap) {
+  pl->rec_size = rec_size;
+  pl->recs = mem;
+  pl->heads = KVIDX__RCAST(uint32_t *, mem + kvidx__align(rec_size * cap));
+  pl->cap = cap;
+  pl->mask = kvidx__pow2(cap) - 1;
+  pl->hw = pl->count = 0;
+  pl->free_head = KVIDX__NONE;
+  kvidx__pool_rehash(pl);
+}
+
+/* Make room for `extra` more records; nothing changes on failure. */
+KVIDX__PRIV int kvidx__pool_reserve(kvidx *ix, kvidx__pool *pl, size_t extra, size_t limit) {
+  size_t need = pl->count + extra, ncap;
+  if (need > limit) need = limit; /* past the limit the semantic checks refuse */
+  unsigned char *mem;
+  if (need <= pl->cap) return KVIDX_OK;
+  if (ix->buffer_mode || need > KVIDX__ID_LIMIT) return KVIDX_EFULL;
+  ncap = pl->cap ? pl->cap : 16;
+  while (ncap < need) ncap *= 2;
+  if (ncap > KVIDX__ID_LIMIT) ncap = KVIDX__ID_LIMIT;
+  mem = KVIDX__CAST(unsigned char *, kvidx__alloc(ix, kvidx__pool_bytes(pl->rec_size, KVIDX__CAST(uint32_t, ncap))));
+  if (!mem) return KVIDX_ENOMEM;
+  if (pl->recs) memcpy(mem, pl->recs, pl->rec_size * pl->hw);
+  {
+    kvidx__pool old = *pl;
+    uint32_t hw = pl->hw, count = pl->count, fh = pl->free_head;
+    kvidx__pool_place(pl, mem, pl->rec_size, KVIDX__CAST(uint32_t, ncap));
+    pl->hw = hw;
+    pl->count = count;
+    pl->free_head = fh;
+    kvidx__pool_rehash(pl);
+    if (old.recs) kvidx__free(ix, old.recs, kvidx__pool_bytes(old.rec_size, old.cap));
+  }
+  return KVIDX_OK;
+}
+
+KVIDX__PRIV kvidx__rh *kvidx__pool_find(const kvidx__pool *pl, uint32_t slot, uint64_t key, uint32_t *id_out) {
+  uint32_t id;
+  if (!pl->count) return NULL;
+  for (id = pl->heads[kvidx__pool_bucket(pl, slot, key)]; id != KVIDX__NONE;) {
+    kvidx__rh *r = KVIDX__REC(pl, id);
+    if (r->key == key && r->slot == slot) {
+      if (id_out) *id_out = id;
+      return r;
+    }
+    id = r->hnext;
+  }
+  return NULL;
+}
+
+/* Caller reserved room; the new record is zeroed past its header. */
+KVIDX__PRIV uint32_t kvidx__pool_add(kvidx__pool *pl, uint32_t slot, uint64_t key) {
+  uint32_t id;
+  kvidx__rh *r;
+  if (pl->free_head != KVIDX__NONE) {
+    id = pl->free_head;
+    pl->free_head = KVIDX__REC(pl, id)->hnext;
+  } else {
+    id = pl->hw++;
+  }
+  r = KVIDX__REC(pl, id);
+  memset(r, 0, pl->rec_size);
+  r->slot = slot;
+  r->key = key;
+  kvidx__pool_link(pl, id);
+  pl->count++;
+  return id;
+}
+
+KVIDX__PRIV void kvidx__pool_del(kvidx__pool *pl, uint32_t id) {
+  kvidx__rh *r = KVIDX__REC(pl, id);
+  uint32_t *pp = &pl->heads[kvidx__pool_bucket(pl, r->slot, r->key)];
+  while (*pp != id) pp = &KVIDX__REC(pl, *pp)->hnext;
+  *pp = r->hnext;
+  r->slot = KVIDX__NONE;
+  r->hnext = pl->free_head;
+  pl->free_head = id;
+  pl->count--;
+}
+
+/* ---- bitsets ------------------------------------------------------------ */
+KVIDX__PRIV int kvidx__bs_any(const uint64_t *a, uint32_t nw) {
+  uint32_t i;
+  for (i = 0; i < nw; i++)
+    if (a[i]) return 1;
+  return 0;
+}
+
+KVIDX__PRIV unsigned kvidx__ctz64(uint64_t x) {
+#if defined(__GNUC__) || defined(__clang__)
+  return KVIDX__CAST(unsigned, __builtin_ctzll(x));
+#else
+  unsigned c = 0;
+  while (!(x & 1)) { x >>= 1; c++; }
+  return c;
+#endif
+}
+
+/* ---- worker slots: dense ids 0..max_workers-1, recycled when empty ------ */
+KVIDX__PRIV uint32_t kvidx__wkey_bucket(const kvidx *ix, uint64_t id, uint32_t rank) {
+  return KVIDX__CAST(uint32_t, kvidx__mix(id * 0x9E3779B97F4A7C15ULL + rank)) & ix->slot_map_mask;
+}
+
+KVIDX__PRIV uint32_t kvidx__slot_find(const kvidx *ix, uint64_t id, uint32_t rank) {
+  uint32_t b = kvidx__wkey_bucket(ix, id, rank), s;
+  while ((s = ix->slot_map[b]) != 0) {
+    const kvidx__slot *sl = &ix->slots[s - 1];
+    if (kvidx__ld(&sl->id) == id && kvidx__ld(&sl->rank) == rank) return s - 1;
+    b = (b + 1) & ix->slot_map_mask;
+  }
+  return KVIDX__NONE;
+}
+
+KVIDX__PRIV uint32_t kvidx__slot_alloc(kvidx *ix, uint64_t id, uint32_t rank) {
+  uint32_t s = ix->slot_free, b;
+  kvidx__slot *sl;
+  if (s == KVIDX__NONE) return KVIDX__NONE;
+  sl = &ix->slots[s];
+  ix->slot_free = sl->free_next;
+  kvidx__st(&sl->id, id);
+  kvidx__st(&sl->rank, rank);
+  sl->used = 1;
+  sl->blocks = sl->orphans = 0;
+  sl->list = KVIDX__NONE;
+  b = kvidx__wkey_bucket(ix, id, rank);
+  while (ix->slot_map[b]) b = (b + 1) & ix->slot_map_mask;
+  ix->slot_map[b] = s + 1;
+  ix->slots_used++;
+  return s;
+}
+
+/* Release an empty slot (linear probing with backward-shift deletion). */
+KVIDX__PRIV void kvidx__slot_release(kvidx *ix, uint32_t s) {
+  kvidx__slot *sl = &ix->slots[s];
+  uint32_t m = ix->slot_map_mask, i = kvidx__wkey_bucket(ix, kvidx__ld(&sl->id), kvidx__ld(&sl->rank)), j;
+  while (ix->slot_map[i] != s + 1) i = (i + 1) & m;
+  ix->slot_map[i] = 0;
+  for (j = (i + 1) & m; ix->slot_map[j]; j = (j + 1) & m) {
+    const kvidx__slot *o = &ix->slots[ix->slot_map[j] - 1];
+    uint32_t h = kvidx__wkey_bucket(ix, kvidx__ld(&o->id), kvidx__ld(&o->rank));
+    /* move j into the hole i if its home h is not cyclically in (i, j] */
+    if (((j - h) & m) >= ((j - i) & m)) {
+      ix->slot_map[i] = ix->slot_map[j];
+      ix->slot_map[j] = 0;
+      i = j;
+    }
+  }
+  sl->used = 0;
+  sl->free_next = ix->slot_free;
+  ix->slot_free = s;
+  ix->slots_used--;
+}
+
+KVIDX__PRIV void kvidx__set_holed(kvidx *ix, uint32_t s, int on) {
+  KVIDX__A(uint64_t) *w = &ix->holed[s >> 6];
+  uint64_t v = kvidx__ld(w), bit = KVIDX__CAST(uint64_t, 1) << (s & 63);
+  kvidx__st(w, on ? (v | bit) : (v & ~bit));
+}
+
+KVIDX__PRIV void kvidx__orphans_add(kvidx *ix, uint32_t s, size_t add, size_t sub) {
+  kvidx__slot *sl = &ix->slots[s];
+  int was = sl->orphans != 0;
+  sl->orphans = sl->orphans + add - sub;
+  if (was != (sl->orphans != 0)) kvidx__set_holed(ix, s, sl->orphans != 0);
+}
+
+/* ---- results: keep the best `cap` scores without allocating ------------- */
+typedef struct {
+  kvidx_score *out;
+  size_t cap, n, total;
+  int heap;
+} kvidx__sink;
+
+/* final order: depth desc, worker_id asc, dp_rank asc; a < b = a first */
+KVIDX__PRIV int kvidx__score_before(const kvidx_score *a, const kvidx_score *b) {
+  if (a->depth != b->depth) return a->depth > b->depth;
+  if (a->worker_id != b->worker_id) return a->worker_id < b->worker_id;
+  return a->dp_rank < b->dp_rank;
+}
+
+KVIDX__PRIV int kvidx__score_cmp(const void *x, const void *y) {
+  const kvidx_score *a = KVIDX__CAST(const kvidx_score *, x), *b = KVIDX__CAST(const kvidx_score *, y);
+  return kvidx__score_before(a, b) ? -1 : kvidx__score_before(b, a) ? 1 : 0;
+}
+
+/* max-heap on "worst first": the root is the score that sorts last */
+KVIDX__PRIV void kvidx__sift(kvidx_score *h, size_t n, size_t i) {
+  for (;;) {
+    size_t l = 2 * i + 1, r = l + 1, w = i;
+    kvidx_score t;
+    if (l < n && kvidx__score_before(&h[w], &h[l])) w = l;
+    if (r < n && kvidx__score_before(&h[w], &h[r])) w = r;
+    if (w == i) return;
+    t = h[i];
+    h[i] = h[w];
+    h[w] = t;
+    i = w;
+  }
+}
+
+KVIDX__PRIV void kvidx__sink_push(kvidx__sink *k, uint64_t id, uint32_t rank, size_t depth) {
+  kvidx_score sc;
+  k->total++;
+  if (!k->cap) return;
+  sc.worker_id = id;
+  sc.dp_rank = rank;
+  sc.depth = depth > 0xFFFFFFFFu ? 0xFFFFFFFFu : KVIDX__CAST(uint32_t, depth);
+  if (k->n < k->cap) {
+    k->out[k->n++] = sc;
+    return;
+  }
+  if (!k->heap) {
+    size_t i = k->n / 2;
+    while (i--) kvidx__sift(k->out, k->n, i);
+    k->heap = 1;
+  }
+  if (kvidx__score_before(&sc, &k->out[0])) {
+    k->out[0] = sc;
+    kvidx__sift(k->out, k->n, 0);
+  }
+}
+
+KVIDX__PRIV size_t kvidx__sink_finish(kvidx__sink *k) {
+  if (k->n > 1) qsort(k->out, k->n, sizeof(kvidx_score), kvidx__score_cmp);
+  return k->total;
+}
+
+/* Emit every slot of set d with the given depth. */
+KVIDX__PRIV void kvidx__emit(const kvidx *ix, kvidx__sink *k, const uint64_t *d, size_t depth) {
+  uint32_t i;
+  for (i = 0; i < ix->nw; i++) {
+    uint64_t w = d[i];
+    while (w) {
+      uint32_t s = i * 64 + kvidx__ctz64(w);
+      w &= w - 1;
+      if (s >= ix->max_workers) continue; /* never set; a reader stays in bounds anyway */
+      kvidx__sink_push(k, kvidx__ld(&ix->slots[s].id), kvidx__ld(&ix->slots[s].rank), depth);
+    }
+  }
+}
+
+/* ========================================================================== */
+/* 3. Reference semantics: the naive nested map that defines every answer    */
+/* ========================================================================== */
+/* worker -> (seq -> block{local, chain}) and worker -> (chain -> count).
+ * Written for obviousness, not speed: linear worker search, linear-probing
+ * maps with tombstones, find_matches in O(workers x depth).  Heap mode only.
+ * Shares nothing with the indexes but the allocation hooks and the sink. */
+typedef struct {
+  uint64_t key, a, b;
+  unsigned char state; /* 0 empty, 1 full, 2 deleted */
+} kvidx__rslot;
+
+typedef struct {
+  kvidx__rslot *t;
+  size_t cap, len, used; /* used = full + deleted */
+} kvidx__rmap;
+
+typedef struct {
+  uint64_t id;
+  uint32_t rank;
+  int live;
+  kvidx__rmap blocks; /* seq -> (local, chain) */
+  kvidx__rmap chains; /* chain -> count        */
+} kvidx__rworker;
+
+struct kvidx__ref {
+  kvidx__rworker *w;
+  size_t nworkers, blocks;
+};
+
+KVIDX__PRIV kvidx__rslot *kvidx__rmap_get(const kvidx__rmap *m, uint64_t key) {
+  size_t i;
+  if (!m->cap) return NULL;
+  for (i = kvidx__mix(key) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+    if (m->t[i].state == 0) return NULL;
+    if (m->t[i].state == 1 && m->t[i].key == key) return &m->t[i];
+  }
+}
+
+/* Ensure `extra` inserts fit without growing; rebuilds at double size. */
+KVIDX__PRIV int kvidx__rmap_reserve(kvidx *ix, kvidx__rmap *m, size_t extra) {
+  size_t ncap, i;
+  kvidx__rslot *t;
+  if ((m->used + extra) * 4 < m->cap * 3) return KVIDX_OK;
+  ncap = m->cap ? m->cap : 8;
+  while ((m->len + extra) * 4 >= ncap * 3) ncap *= 2;
+  t = KVIDX__CAST(kvidx__rslot *, kvidx__alloc(ix, ncap * sizeof(kvidx__rslot)));
+  if (!t) return KVIDX_ENOMEM;
+  memset(t, 0, ncap * sizeof(kvidx__rslot));
+  for (i = 0; i < m->cap; i++)
+    if (m->t[i].state == 1) {
+      size_t j = kvidx__mix(m->t[i].key) & (ncap - 1);
+      while (t[j].state) j = (j + 1) & (ncap - 1);
+      t[j] = m->t[i];
+    }
+  kvidx__free(ix, m->t, m->cap * sizeof(kvidx__rslot));
+  m->t = t;
+  m->cap = ncap;
+  m->used = m->len;
+  return KVIDX_OK;
+}
+
+KVIDX__PRIV kvidx__rslot *kvidx__rmap_put(kvidx__rmap *m, uint64_t key) { /* reserved */
+  size_t i = kvidx__mix(key) & (m->cap - 1);
+  while (m->t[i].state == 1) i = (i + 1) & (m->cap - 1);
+  if (m->t[i].state == 0) m->used++;
+  m->t[i].state = 1;
+  m->t[i].key = key;
+  m->t[i].a = m->t[i].b = 0;
+  m->len++;
+  return &m->t[i];
+}
+
+KVIDX__PRIV void kvidx__rmap_del(kvidx__rmap *m, kvidx__rslot *e) {
+  e->state = 2;
+  m->len--;
+}
+
+KVIDX__PRIV void kvidx__rmap_drop(kvidx *ix, kvidx__rmap *m) {
+  kvidx__free(ix, m->t, m->cap * sizeof(kvidx__rslot));
+  memset(m, 0, sizeof *m);
+}
+
+KVIDX__PRIV kvidx__rworker *kvidx__ref_worker(const kvidx *ix, uint64_t id, uint32_t rank) {
+  size_t i;
+  for (i = 0; i < ix->max_workers; i++)
+    if (ix->ref->w[i].live && ix->ref->w[i].id == id && ix->ref->w[i].rank == rank) return &ix->ref->w[i];
+  return NULL;
+}
+
+KVIDX__PRIV void kvidx__ref_forget_if_empty(kvidx *ix, kvidx__rworker *w) {
+  if (w->blocks.len) return;
+  kvidx__rmap_drop(ix, &w->blocks);
+  kvidx__rmap_drop(ix, &w->chains);
+  w->live = 0;
+  ix->ref->nworkers--;
+}
+
+KVIDX__PRIV int kvidx__ref_store(kvidx *ix, uint64_t id, uint32_t rank, const uint64_t *parent,
+                                 const kvidx_block *b, size_t n) {
+  kvidx__rworker *w = kvidx__ref_worker(ix, id, rank), tmp;
+  int have_parent = 0, rc;
+  uint64_t pchain = 0;
+  size_t i, j, fresh = 0;
+  if (parent) {
+    kvidx__rslot *p = w ? kvidx__rmap_get(&w->blocks, *parent) : NULL;
+    if (!p) return KVIDX_ENOPARENT;
+    have_parent = 1;
+    pchain = p->b;
+  }
+  if (n == 0) return KVIDX_OK;
+  /* how many seqs are new (first occurrence in the run, not yet held) */
+  if (ix->ref->blocks + n <= ix->max_blocks) {
+    fresh = n; /* an upper bound is enough when it fits */
+  } else {
+    for (i = 0; i < n; i++) {
+      int seen = w && kvidx__rmap_get(&w->blocks, b[i].seq);
+      for (j = 0; j < i && !seen; j++) seen = b[j].seq == b[i].seq;
+      fresh += !seen;
+    }
+    if (ix->ref->blocks + fresh > ix->max_blocks) return KVIDX_EFULL;
+  }
+  if (!w) {
+    for (i = 0; i < ix->max_workers && ix->ref->w[i].live; i++) {}
+    if (i == ix->max_workers) return KVIDX_EFULL;
+    w = &ix->ref->w[i];
+    memset(&tmp, 0, sizeof tmp);
+    *w = tmp;
+    w->id = id;
+    w->rank = rank;
+  }
+  if ((rc = kvidx__rmap_reserve(ix, &w->blocks, n)) != KVIDX_OK ||
+      (rc = kvidx__rmap_reserve(ix, &w->chains, n)) != KVIDX_OK) {
+    if (!w->live) { /* a worker being created: give its maps back */
+      kvidx__rmap_drop(ix, &w->blocks);
+      kvidx__rmap_drop(ix, &w->chains);
+    }
+    return rc;
+  }
+  if (!w->live) {
+    w->live = 1;
+    ix->ref->nworkers++;
+  }
+  for (i = 0; i < n; i++) {
+    kvidx__rslot *held = kvidx__rmap_get(&w->blocks, b[i].seq), *c;
+    uint64_t chain;
+    if (held) { /* already held: stays as it is; the run continues from it */
+      pchain = held->b;
+      have_parent = 1;
+      continue;
+    }
+    chain = have_parent ? kvidx_seq_hash_next(pchain, b[i].local) : b[i].local;
+    held = kvidx__rmap_put(&w->blocks, b[i].seq);
+    held->a = b[i].local;
+    held->b = chain;
+    c = kvidx__rmap_get(&w->chains, chain);
+    if (!c) c = kvidx__rmap_put(&w->chains, chain);
+    c->a++;
+    ix->ref->blocks++;
+    pchain = chain;
+    have_parent = 1;
+  }
+  return KVIDX_OK;
+}
+
+KVIDX__PRIV void kvidx__ref_drop_block(kvidx *ix, kvidx__rworker *w, kvidx__rslot *blk) {
+  kvidx__rslot *c = kvidx__rmap_get(&w->chains, blk->b);
+  if (--c->a == 0) kvidx__rmap_del(&w->chains, c);
+  kvidx__rmap_del(&w->blocks, blk);
+  ix->ref->blocks--;
+}
+
+KVIDX__PRIV int kvidx__ref_remove(kvidx *ix, uint64_t id, uint32_t rank, const uint64_t *seq, size_t n) {
+  kvidx__rworker *w = kvidx__ref_worker(ix, id, rank);
+  size_t i, unknown = 0;
+  for (i = 0; i < n; i++) {
+    kvidx__rslot *blk = w ? kvidx__rmap_get(&w->blocks, seq[i]) : NULL;
+    if (blk) kvidx__ref_drop_block(ix, w, blk);
+    else unknown++;
+  }
+  if (w) kvidx__ref_forget_if_empty(ix, w);
+  return unknown ? KVIDX_ENOENT : KVIDX_OK;
+}
+
+KVIDX__PRIV void kvidx__ref_clear_worker(kvidx *ix, kvidx__rworker *w) {
+  ix->ref->blocks -= w->blocks.len;
+  w->blocks.len = 0;
+  kvidx__ref_forget_if_empty(ix, w);
+}
+
+KVIDX__PRIV size_t kvidx__ref_find(const kvidx *ix, const uint64_t *loc, size_t n, kvidx__sink *k) {
+  size_t i;
+  for (i = 0; i < ix->max_workers; i++) {
+    const kvidx__rworker *w = &ix->ref->w[i];
+    size_t depth = 0;
+    uint64_t q = n ? loc[0] : 0;
+    if (!w->live) continue;
+    while (depth < n && kvidx__rmap_get(&w->chains, q)) {
+      depth++;
+      if (depth < n) q = kvidx_seq_hash_next(q, loc[depth]);
+    }
+    if (depth) kvidx__sink_push(k, w->id, w->rank, depth);
+  }
+  return kvidx__sink_finish(k);
+}
+
+/* ========================================================================== */
+/* 4. Index entries (shared by the radix tree and the positional index)      */
+/* ========================================================================== */
+/* Entries live in grow-only chunks: chunk 0 holds ids [0, cap0), chunk k >= 1
+ * holds [cap0 (2^k - 1), cap0 (2^(k+1) - 1)).  Chunks are never moved or
+ * freed before destroy, so an id a reader picked up, once bounds-checked,
+ * always points at an entry (possibly reused: the seqlock and the stored key
+ * hash tell).  Both kinds find entries through one chained hash table:
+ *   radix:      key (parent entry, local)          - a tree, walked by edge
+ *   positional: key (position, local), chain checked - one probe per position */
+
+KVIDX__PRIV kvidx__ent *kvidx__ent_rd(const kvidx *ix, uint32_t id) { /* reader: checked */
+  unsigned char *c;
+  size_t off;
+  unsigned k;
+  if (id < ix->cap0) {
+    c = kvidx__ld_acq(&KVIDX__MUT(ix)->chunks[0]);
+    off = id;
+  } else {
+    uint32_t t = (id >> ix->shift0) + 1;
+#if defined(__GNUC__) || defined(__clang__)
+    k = 31u - KVIDX__CAST(unsigned, __builtin_clz(t));
+#else
+    k = 0;
+    while (t >> (k + 1)) k++;
+#endif
+    if (k == 0 || k >= KVIDX__CHUNKS) return NULL; /* a speculative id out of range */
+    c = kvidx__ld_acq(&KVIDX__MUT(ix)->chunks[k]);
+    off = id - (((KVIDX__CAST(size_t, 1) << k) - 1) << ix->shift0);
+  }
+  if (!c) return NULL;
+  return KVIDX__RCAST(kvidx__ent *, c + off * ix->stride);
+}
+
+/* Writer side: ids it holds are always in range. */
+KVIDX__PRIV kvidx__ent *kvidx__ent_at(const kvidx *ix, uint32_t id) {
+  size_t off = id;
+  unsigned k = 0;
+  if (id >= ix->cap0) {
+    uint32_t t = (id >> ix->shift0) + 1;
+#if defined(__GNUC__) || defined(__clang__)
+    k = 31u - KVIDX__CAST(unsigned, __builtin_clz(t));
+#else
+    while (t >> (k + 1)) k++;
+#endif
+    off = id - (((KVIDX__CAST(size_t, 1) << k) - 1) << ix->shift0);
+  }
+  return KVIDX__RCAST(kvidx__ent *, kvidx__ld(&KVIDX__MUT(ix)->chunks[k]) + off * ix->stride);
+}
+
+KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__ent_bits(kvidx__ent *e) {
+  return KVIDX__RCAST(KVIDX__A(uint64_t) *, KVIDX__RCAST(unsigned char *, e) + sizeof(kvidx__ent));
+}
+
+KVIDX__PRIV uint32_t kvidx__key_hash(int kind, uint32_t pos, uint32_t parent, uint64_t local) {
+  uint64_t k = kind == KVIDX_RADIX ? parent : pos;
+  return KVIDX__CAST(uint32_t, kvidx__mix(local ^ (k * 0x9E3779B97F4A7C15ULL) ^ (k << 17)) >> 16);
+}
+
+KVIDX__PRIV size_t kvidx__tab_bytes(uint32_t nb) {
+  return sizeof(kvidx__tab) + sizeof(KVIDX__A(uint32_t)) * nb;
+}
+
+/* Writer side: make room for `extra` more entries; nothing changes on
+ * failure.  Growing the bucket array rehashes under tab_ver (see 6.). */
+KVIDX__PRIV int kvidx__ent_reserve(kvidx *ix, size_t extra) {
+  size_t need = ix->ent_count + extra;
+  kvidx__tab *t = kvidx__ld(&ix->tab);
+  if (need > ix->max_entries) need = ix->max_entries;
+  while (ix->ent_cap < need) { /* add the next chunk */
+    unsigned k = 0;
+    size_t len;
+    unsigned char *c;
+    while (k < KVIDX__CHUNKS && kvidx__ld(&ix->chunks[k])) k++;
+    if (k == KVIDX__CHUNKS || ix->buffer_mode) return KVIDX_EFULL;
+    len = k == 0 ? ix->cap0 : (KVIDX__CAST(size_t, ix->cap0) << k);
+    c = KVIDX__CAST(unsigned char *, kvidx__alloc(ix, len * ix->stride));
+    if (!c) return KVIDX_ENOMEM;
+    memset(c, 0, len * ix->stride);
+    kvidx__st_rel(&ix->chunks[k], c);
+    ix->ent_cap += KVIDX__CAST(uint32_t, len);
+  }
+  if (need > KVIDX__CAST(size_t, t->mask) + 1 && !ix->buffer_mode) {
+    uint32_t nb = kvidx__pow2(2 * need), i;
+    kvidx__tab *nt = KVIDX__CAST(kvidx__tab *, kvidx__alloc(ix, kvidx__tab_bytes(nb)));
+    if (!nt) return KVIDX_ENOMEM;
+    nt->mask = nb - 1;
+    nt->bytes = kvidx__tab_bytes(nb);
+    nt->older = t;
+    for (i = 0; i < nb; i++) kvidx__st(&KVIDX__HEADS(nt)[i], 0u);
+    /* readers that miss while tab_ver is odd or changed retry (6.) */
+    kvidx__st(&ix->tab_ver, kvidx__ld(&ix->tab_ver) + 1);
+    kvidx__fence_rel();
+    for (i = 0; i <= t->mask; i++) {
+      uint32_t id = kvidx__ld(&KVIDX__HEADS(t)[i]);
+      while (id) {
+        kvidx__ent *e = kvidx__ent_at(ix, id - 1);
+        uint32_t nx = kvidx__ld(&e->next), b = kvidx__ld(&e->hash) & nt->mask;
+        kvidx__st(&e->next, kvidx__ld(&KVIDX__HEADS(nt)[b]));
+        kvidx__st(&KVIDX__HEADS(nt)[b], id);
+        id = nx;
+      }
+    }
+    kvidx__st_rel(&ix->tab, nt);
+    kvidx__st_rel(&ix->tab_ver, kvidx__ld(&ix->tab_ver) + 1);
+  }
+  return KVIDX_OK;
+}
+
+/* Seqlock write side for one entry (Boehm): odd, release fence, relaxed
+ * stores, even with release. */
+KVIDX__PRIV void kvidx__ent_wbegin(kvidx__ent *e) {
+  kvidx__st(&e->ver, kvidx__ld(&e->ver) + 1);
+  kvidx__fence_rel();
+}
+KVIDX__PRIV void kvidx__ent_wend(kvidx__ent *e) { kvidx__st_rel(&e->ver, kvidx__ld(&e->ver) + 1); }
+
+KVIDX__PRIV void kvidx__ent_setbit(kvidx *ix, uint32_t id, uint32_t s, int on) {
+  kvidx__ent *e = kvidx__ent_at(ix, id);
+  KVIDX__A(uint64_t) *w = &kvidx__ent_bits(e)[s >> 6];
+  uint64_t bit = KVIDX__CAST(uint64_t, 1) << (s & 63), v = kvidx__ld(w);
+  kvidx__ent_wbegin(e);
+  KVIDX_TEST_HOOK(ix, 1);
+  kvidx__st(w, on ? (v | bit) : (v & ~bit));
+  KVIDX_TEST_HOOK(ix, 2);
+  kvidx__ent_wend(e);
+}
+
+/* Writer-side exact lookup (no concurrent writer exists, plain reads). */
+KVIDX__PRIV uint32_t kvidx__ent_lookup_w(const kvidx *ix, uint32_t h, uint32_t pos, uint32_t parent,
+                                          uint64_t local, uint64_t chain) {
+  kvidx__tab *t = kvidx__ld(&KVIDX__MUT(ix)->tab);
+  uint32_t id = kvidx__ld(&KVIDX__HEADS(t)[h & t->mask]);
+  while (id) {
+    kvidx__ent *e = kvidx__ent_at(ix, id - 1);
+    if (kvidx__ld(&e->local) == local && kvidx__ld(&e->hash) == h &&
+        (ix->kind == KVIDX_RADIX ? kvidx__ld(&e->parent) == parent
+                                 : kvidx__ld(&e->pos) == pos && kvidx__ld(&e->chain) == chain))
+      return id - 1;
+    id = kvidx__ld(&e->next);
+  }
+  return KVIDX__NONE;
+}
+
+/* Entry for the child of `parent` (KVIDX__NONE = root) with this local hash:
+ * found or created (room was reserved).  KVIDX__NONE if max_entries is hit. */
+KVIDX__PRIV uint32_t kvidx__ent_get(kvidx *ix, uint32_t parent, uint64_t local) {
+  uint32_t pos = 0, h, id;
+  uint64_t chain = local;
+  kvidx__ent *e;
+  kvidx__tab *t;
+  if (parent != KVIDX__NONE) {
+    kvidx__ent *p = kvidx__ent_at(ix, parent);
+    pos = kvidx__ld(&p->pos) + 1;
+    chain = kvidx_seq_hash_next(kvidx__ld(&p->chain), local);
+  }
+  h = kvidx__key_hash(ix->kind, pos, parent, local);
+  id = kvidx__ent_lookup_w(ix, h, pos, parent, local, chain);
+  if (id != KVIDX__NONE) return id;
+  if (ix->ent_count >= ix->max_entries) return KVIDX__NONE;
+  if (ix->ent_free != KVIDX__NONE) {
+    id = ix->ent_free;
+    ix->ent_free = kvidx__ent_at(ix, id)->fnext;
+  } else {
+    id = ix->ent_hw++;
+  }
+  e = kvidx__ent_at(ix, id);
+  t = kvidx__ld(&ix->tab);
+  kvidx__ent_wbegin(e); /* a reader may still be looking at the old key */
+  kvidx__st(&e->hash, h);
+  kvidx__st(&e->pos, pos);
+  kvidx__st(&e->local, local);
+  kvidx__st(&e->chain, chain);
+  kvidx__st(&e->parent, parent);
+  kvidx__st(&e->next, kvidx__ld(&KVIDX__HEADS(t)[h & t->mask]));
+  e->refs = e->kids = 0;
+  kvidx__ent_wend(e); /* bits are already zero: cleared before free */
+  kvidx__st_rel(&KVIDX__HEADS(t)[h & t->mask], id + 1);
+  if (ix->kind == KVIDX_RADIX && parent != KVIDX__NONE) kvidx__ent_at(ix, parent)->kids++;
+  ix->ent_count++;
+  return id;
+}
+
+/* Free entries nobody references; radix: then maybe the parent, upwards. */
+KVIDX__PRIV void kvidx__ent_maybe_free(kvidx *ix, uint32_t id) {
+  while (id != KVIDX__NONE) {
+    kvidx__ent *e = kvidx__ent_at(ix, id);
+    kvidx__tab *t = kvidx__ld(&ix->tab);
+    KVIDX__A(uint32_t) *pp;
+    uint32_t parent = kvidx__ld(&e->parent);
+    if (e->refs || e->kids) return;
+    pp = &KVIDX__HEADS(t)[kvidx__ld(&e->hash) & t->mask];
+    while (kvidx__ld(pp) != id + 1) pp = &kvidx__ent_at(ix, kvidx__ld(pp) - 1)->next;
+    /* unlink: e keeps its next, so a reader standing on e walks on */
+    kvidx__st_rel(pp, kvidx__ld(&e->next));
+    e->fnext = ix->ent_free;
+    ix->ent_free = id;
+    ix->ent_count--;
+    if (ix->kind != KVIDX_RADIX || parent == KVIDX__NONE) return;
+    kvidx__ent_at(ix, parent)->kids--;
+    id = parent;
+  }
+}
+
+/* ---- worker <-> entry records: multiplicity, children, orphans ----------- */
+KVIDX__PRIV kvidx__erec *kvidx__erec_get(kvidx *ix, uint32_t s, uint32_t entry) {
+  kvidx__erec *r = KVIDX__RCAST(kvidx__erec *, kvidx__pool_find(&ix->E, s, entry, NULL));
+  if (!r) {
+    r = KVIDX__RCAST(kvidx__erec *, KVIDX__REC(&ix->E, kvidx__pool_add(&ix->E, s, entry)));
+    kvidx__ent_at(ix, entry)->refs++;
+  }
+  return r;
+}
+
+KVIDX__PRIV void kvidx__erec_maybe_drop(kvidx *ix, uint32_t s, uint32_t entry, kvidx__erec *r) {
+  uint32_t rid = 0;
+  if (r->mult || r->children) return;
+  kvidx__pool_find(&ix->E, s, entry, &rid);
+  kvidx__pool_del(&ix->E, rid);
+  kvidx__ent_at(ix, entry)->refs--;
+  kvidx__ent_maybe_free(ix, entry);
+}
+
+/* Worker s takes block (seq) as entry e under parent entry p. */
+KVIDX__PRIV void kvidx__hold(kvidx *ix, uint32_t s, uint64_t seq, uint32_t e, uint32_t p) {
+  kvidx__slot *sl = &ix->slots[s];
+  uint32_t rid = kvidx__pool_add(&ix->S, s, seq);
+  kvidx__srec *r = KVIDX__RCAST(kvidx__srec *, KVIDX__REC(&ix->S, rid));
+  kvidx__erec *er;
+  r->entry = e;
+  r->parent = p;
+  r->lprev = KVIDX__NONE;
+  r->lnext = sl->list;
+  if (sl->list != KVIDX__NONE) KVIDX__RCAST(kvidx__srec *, KVIDX__REC(&ix->S, sl->list))->lprev = rid;
+  sl->list = rid;
+  sl->blocks++;
+  ix->blocks++;
+  if (p != KVIDX__NONE) kvidx__erec_get(ix, s, p)->children++; /* p is held: no orphan */
+  er = kvidx__erec_get(ix, s, e);
+  if (er->mult++ == 0) {
+    kvidx__ent_setbit(ix, e, s, 1);
+    kvidx__orphans_add(ix, s, 0, er->children); /* its children are whole again */
+  }
+}
+
+/* Worker s lets go of the block of seq record rid. */
+KVIDX__PRIV void kvidx__unhold(kvidx *ix, uint32_t s, uint32_t rid) {
+  kvidx__slot *sl = &ix->slots[s];
+  kvidx__srec *r = KVIDX__RCAST(kvidx__srec *, KVIDX__REC(&ix->S, rid));
+  uint32_t e = r->entry, p = r->parent;
+  kvidx__erec *er = KVIDX__RCAST(kvidx__erec *, kvidx__pool_find(&ix->E, s, e, NULL));
+  if (r->lprev != KVIDX__NONE) KVIDX__RCAST(kvidx__srec *, KVIDX__REC(&ix->S, r->lprev))->lnext = r->lnext;
+  else sl->list = r->lnext;
+  if (r->lnext != KVIDX__NONE) KVIDX__RCAST(kvidx__srec *, KVIDX__REC(&ix->S, r->lnext))->lprev = r->lprev;
+  kvidx__pool_del(&ix->S, rid);
+  sl->blocks--;
+  ix->blocks--;
+  if (--er->mult == 0) {
+    kvidx__ent_setbit(ix, e, s, 0);
+    kvidx__orphans_add(ix, s, er->children, 0); /* a hole under its children */
+  }
+  if (p != KVIDX__NONE) {
+    kvidx__erec *pr = KVIDX__RCAST(kvidx__erec *, kvidx__pool_find(&ix->E, s, p, NULL));
+    pr->children--;
+    if (!pr->mult) kvidx__orphans_add(ix, s, 0, 1); /* it was an orphan itself */
+    /* drop e's record before p's: p may be e's radix parent */
+    kvidx__erec_maybe_drop(ix, s, e, er);
+    kvidx__erec_maybe_drop(ix, s, p, pr);
+  } else {
+    kvidx__erec_maybe_drop(ix, s, e, er);
+  }
+}
+
+/* ---- writer lock: events for different workers may come from different
+ * threads; they serialize here (a test-and-test-and-set spinlock from C11
+ * atomics: critical sections are short and never block). */
+KVIDX__PRIV void kvidx__lock(kvidx *ix) {
+#ifdef KVIDX_NO_THREADS
+  (void)ix;
+#else
+  while (kvidx__xchg_acq(&ix->wlock, 1))
+    while (kvidx__ld(&ix->wlock)) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+#endif
+}
+KVIDX__PRIV void kvidx__unlock(kvidx *ix) {
+#ifdef KVIDX_NO_THREADS
+  (void)ix;
+#else
+  kvidx__st_rel(&ix->wlock, 0);
+#endif
+}
+
+/* ---- events --------------------------------------------------------------- */
+KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uint64_t *parent,
+                                const kvidx_block *b, size_t n) {
+  uint32_t s = kvidx__slot_find(ix, id, rank), pe = KVIDX__NONE, added = 0;
+  size_t i;
+  int rc;
+  if (parent) {
+    const kvidx__srec *pr =
+        s == KVIDX__NONE ? NULL : KVIDX__RCAST(const kvidx__srec *, kvidx__pool_find(&ix->S, s, *parent, NULL));
+    if (!pr) return KVIDX_ENOPARENT;
+    pe = pr->entry;
+  }
+  if (n == 0) return KVIDX_OK;
+  if (n > KVIDX__ID_LIMIT) return KVIDX_EFULL;
+  /* reserve first: after this, only the semantic limits can refuse */
+  if ((rc = kvidx__pool_reserve(ix, &ix->S, n, ix->max_blocks)) != KVIDX_OK ||
+      (rc = kvidx__pool_reserve(ix, &ix->E, 2 * n, 2 * ix->max_blocks)) != KVIDX_OK || (rc = kvidx__ent_reserve(ix, n)) != KVIDX_OK)
+    return rc;
+  if (s == KVIDX__NONE && (s = kvidx__slot_alloc(ix, id, rank)) == KVIDX__NONE) return KVIDX_EFULL;
+  for (i = 0; i < n; i++) {
+    uint32_t rid, e;
+    const kvidx__srec *held =
+        KVIDX__RCAST(const kvidx__srec *, kvidx__pool_find(&ix->S, s, b[i].seq, &rid));
+    if (held) { /* idempotent; the run goes on from the held block */
+      pe = held->entry;
+      continue;
+    }
+    if (ix->blocks >= ix->max_blocks || (e = kvidx__ent_get(ix, pe, b[i].local)) == KVIDX__NONE) {
+      /* roll back: this call's records are the newest of the worker's list */
+      while (added--) kvidx__unhold(ix, s, ix->slots[s].list);
+      if (!ix->slots[s].blocks) kvidx__slot_release(ix, s);
+      return KVIDX_EFULL;
+    }
+    kvidx__hold(ix, s, b[i].seq, e, pe);
+    added++;
+    pe = e;
+  }
+  return KVIDX_OK;
+}
+
+KVIDX__PRIV int kvidx__ix_remove(kvidx *ix, uint64_t id, uint32_t rank, const uint64_t *seq, size_t n) {
+  uint32_t s = kvidx__slot_find(ix, id, rank);
+  size_t i, unknown = 0;
+  for (i = 0; i < n; i++) {
+    uint32_t rid;
+    if (s != KVIDX__NONE && kvidx__pool_find(&ix->S, s, seq[i], &rid)) kvidx__unhold(ix, s, rid);
+    else unknown++;
+  }
+  if (s != KVIDX__NONE && !ix->slots[s].blocks) kvidx__slot_release(ix, s);
+  return unknown ? KVIDX_ENOENT : KVIDX_OK;
+}
+
+KVIDX__PRIV void kvidx__ix_clear_slot(kvidx *ix, uint32_t s) {
+  while (ix->slots[s].list != KVIDX__NONE) kvidx__unhold(ix, s, ix->slots[s].list);
+  kvidx__slot_release(ix, s);
+}
+
+/* ========================================================================== */
+/* 5. Queries: radix walk and positional jump search                         */
+/* ========================================================================== */
+/* kvidx__probe: the one reader primitive.  Finds the entry for a key and
+ * copies its bitset, as a consistent snapshot, into `bits`; 0 = no entry
+ * (bits zeroed).  Lock-free: see the argument in section 6. */
+#define KVIDX__MAX_TRIES 100000
+#define KVIDX__MAX_STEPS 4096
+
+KVIDX__PRIV int kvidx__probe(const kvidx *cix, uint32_t pos, uint32_t parent, uint64_t local, uint64_t chain,
+                             uint64_t *bits, uint32_t *id_out) {
+  kvidx *ix = KVIDX__MUT(cix); /* atomics are loaded, never stored */
+  uint32_t h = kvidx__key_hash(ix->kind, pos, parent, local), tries, i, nw = ix->nw;
+  int radix = ix->kind == KVIDX_RADIX;
+  for (tries = 0; tries < KVIDX__MAX_TRIES; tries++) {
+    uint32_t tv = kvidx__ld_acq(&ix->tab_ver), b, id, steps = 0;
+    kvidx__tab *t;
+    int again = 0;
+    if (tv & 1) continue; /* the bucket array is being rebuilt */
+    t = kvidx__ld_acq(&ix->tab);
+    b = h & t->mask;
+    id = kvidx__ld_acq(&KVIDX__HEADS(t)[b]);
+    while (id && !again) {
+      kvidx__ent *e = kvidx__ent_rd(ix, id - 1);
+      uint32_t v1, v2, eh, nx;
+      int match;
+      if (!e || ++steps > KVIDX__MAX_STEPS) { again = 1; break; } /* bounds / cycles */
+      v1 = kvidx__ld_acq(&e->ver);
+      if (v1 & 1) { again = 1; break; }
+      eh = kvidx__ld(&e->hash);
+      nx = kvidx__ld(&e->next);
+      match = eh == h && kvidx__ld(&e->local) == local &&
+              (radix ? kvidx__ld(&e->parent) == parent
+                     : kvidx__ld(&e->pos) == pos && kvidx__ld(&e->chain) == chain);
+      if (match) {
+        KVIDX__A(uint64_t) *src = kvidx__ent_bits(e);
+        for (i = 0; i < nw; i++) bits[i] = kvidx__ld(&src[i]);
+      }
+      kvidx__fence_acq();
+      v2 = kvidx__ld(&e->ver);
+      if (v1 != v2 || (eh & t->mask) != b) { again = 1; break; } /* changed or moved */
+      if (match) {
+        if (id_out) *id_out = id - 1;
+        return 1;
+      }
+      id = nx;
+    }
+    if (again) continue;
+    kvidx__fence_acq();
+    if (kvidx__ld(&ix->tab_ver) == tv) break; /* a miss is only trusted if no rehash ran */
+  }
+  for (i = 0; i < nw; i++) bits[i] = 0;
+  return 0;
+}
+
+/* Radix: walk edge by edge; no hashing on the read path. */
+KVIDX__PRIV void kvidx__radix_find(const kvidx *ix, const uint64_t *loc, size_t n, kvidx__sink *k) {
+  uint64_t act[KVIDX__NW_MAX], b[KVIDX__NW_MAX], d[KVIDX__NW_MAX];
+  uint32_t nw = ix->nw, cur = KVIDX__NONE, i;
+  size_t pos;
+  for (pos = 0; pos < n; pos++) {
+    int any = 0;
+    if (!kvidx__probe(ix, 0, cur, loc[pos], 0, b, &cur)) break;
+    for (i = 0; i < nw; i++) {
+      uint64_t nb = pos ? act[i] & b[i] : b[i];
+      d[i] = pos ? act[i] & ~nb : 0;
+      act[i] = nb;
+      any |= nb != 0;
+    }
+    if (pos) kvidx__emit(ix, k, d, pos);
+    if (!any) return;
+  }
+  if (pos) kvidx__emit(ix, k, act, pos);
+}
+
+/* Positional: jump search with binary-searched drain points.
+ *
+ * Why it is exact.  Let q_i be the query's chain hashes, computed
+ * incrementally and only as far as the search reaches.  A probe at position
+ * j answers "which workers hold an entry whose (position, local, CHAIN) is
+ * (j, l_j, q_j)": the chain is always compared, even when the entry is the
+ * only one at (j, l_j), so a worker that diverged earlier and shares a chunk
+ * at j is never counted (trap 1, "lazy hashing").
+ * A worker with no orphans (every block it holds has its parent chain held
+ * too; the writer keeps this count exact per worker, see kvidx__hold and
+ * kvidx__unhold) that holds q_j holds q_0..q_j: the parent chain of q_j is
+ * q_{j-1}, held, and so on down to q_0.  For such workers "holds q_j" is
+ * monotone in j, so one probe at the far end of a jump proves the whole
+ * range, and a drain point can be found by bisection.  A worker with a hole
+ * (orphans > 0) breaks monotonicity (trap 2, Dynamo's strided check): while
+ * any such worker is still active the search steps one position at a time,
+ * which verifies every position for it.  Nothing else is skipped. */
+typedef struct {
+  const kvidx *ix;
+  const uint64_t *loc;
+  size_t n, qn;
+  uint64_t q[2 * KVIDX_JUMP_MAX + 2]; /* ring: chains of the last positions */
+  kvidx__sink *k;
+} kvidx__pq;
+
+#define KVIDX__QRING (2 * KVIDX_JUMP_MAX + 2)
+
+KVIDX__PRIV uint64_t kvidx__pq_chain(kvidx__pq *p, size_t j) {
+  while (p->qn <= j) {
+    size_t i = p->qn++;
+    p->q[i % KVIDX__QRING] = i ? kvidx_seq_hash_next(p->q[(i - 1) % KVIDX__QRING], p->loc[i]) : p->loc[0];
+  }
+  return p->q[j % KVIDX__QRING];
+}
+
+KVIDX__PRIV int kvidx__pq_probe(kvidx__pq *p, size_t j, uint64_t *bits) {
+  return kvidx__probe(p->ix, KVIDX__CAST(uint32_t, j), 0, p->loc[j], kvidx__pq_chain(p, j), bits, NULL);
+}
+
+/* Every worker of d holds q_0..q_lo and not q_hi; none has holes. */
+KVIDX__PRIV void kvidx__pq_drain(kvidx__pq *p, size_t lo, size_t hi, uint64_t *d) {
+  uint64_t b[KVIDX__NW_MAX], in[KVIDX__NW_MAX];
+  uint32_t nw = p->ix->nw, i;
+  memset(in, 0, sizeof(uint64_t) * nw); /* quiets -Wmaybe-uninitialized at -O2 */
+  if (hi - lo <= 4) { /* short range: a linear scan is cheaper */
+    size_t j;
+    for (j = lo + 1; j < hi; j++) {
+      int any = 0;
+      kvidx__pq_probe(p, j, b);
+      for (i = 0; i < nw; i++) {
+        in[i] = d[i] & ~b[i]; /* dropped at j: score j */
+        d[i] &= b[i];
+        any |= d[i] != 0;
+      }
+      kvidx__emit(p->ix, p->k, in, j);
+      if (!any) return;
+    }
+    kvidx__emit(p->ix, p->k, d, hi);
+    return;
+  } else {
+    size_t mid = lo + (hi - lo) / 2;
+    int any_in = 0, any_out = 0;
+    kvidx__pq_probe(p, mid, b);
+    for (i = 0; i < nw; i++) {
+      in[i] = d[i] & b[i];
+      d[i] &= ~b[i];
+      any_in |= in[i] != 0;
+      any_out |= d[i] != 0;
+    }
+    if (any_out) kvidx__pq_drain(p, lo, mid, d); /* shallower first: sink order */
+    if (any_in) kvidx__pq_drain(p, mid, hi, in);
+  }
+}
+
+KVIDX__PRIV void kvidx__pos_find(const kvidx *ix, const uint64_t *loc, size_t n, kvidx__sink *k) {
+  kvidx__pq p;
+  uint64_t act[KVIDX__NW_MAX], b[KVIDX__NW_MAX], d[KVIDX__NW_MAX];
+  uint32_t nw = ix->nw, i;
+  size_t cur = 0, jump = ix->jump;
+  p.ix = ix;
+  p.loc = loc;
+  p.n = n;
+  p.qn = 0;
+  p.k = k;
+  if (!n || !kvidx__pq_probe(&p, 0, act) || !kvidx__bs_any(act, nw)) return;
+  while (cur + 1 < n) {
+    size_t nxt = cur + jump < n - 1 ? cur + jump : n - 1;
+    int same = 1, any = 0;
+    for (i = 0; i < nw && nxt > cur + 1; i++)
+      if (act[i] & kvidx__ld(&KVIDX__MUT(ix)->holed[i])) nxt = cur + 1; /* a hole: step */
+    kvidx__pq_probe(&p, nxt, b);
+    for (i = 0; i < nw; i++) {
+      b[i] &= act[i];
+      d[i] = act[i] & ~b[i];
+      same &= d[i] == 0;
+      any |= b[i] != 0;
+    }
+    if (!same) kvidx__pq_drain(&p, cur, nxt, d);
+    memcpy(act, b, nw * sizeof(uint64_t));
+    cur = nxt;
+    if (!any) return;
+  }
+  kvidx__emit(ix, k, act, cur + 1);
+}
+
+/* ========================================================================== */
+/* 6. Concurrency: the contract and why the reader path is safe              */
+/* ========================================================================== */
+/* Contract.
+ *  - kvidx_find_matches, kvidx_worker_blocks and kvidx_get_stats may run on
+ *    any number of threads at any time, beside the writers below, for
+ *    KVIDX_RADIX and KVIDX_POSITIONAL.  find_matches is lock-free: it takes no
+ *    lock, writes no shared memory, never blocks a writer.  (worker_blocks and
+ *    get_stats read writer counters racily: a value from some recent moment.)
+ *  - kvidx_store / remove / clear / remove_worker: events of one worker from
+ *    one thread at a time (sticky routing), in order; events of different
+ *    workers may come from different threads at once.  Writers serialize on
+ *    one short internal spinlock (the shared entry table and pools are one
+ *    structure); readers never touch it.
+ *  - create / init_buffer / destroy / kvidx__check: no other call at the
+ *    same time.  KVIDX_REFERENCE and KVIDX_NO_THREADS builds: one thread.
+ * What a reader sees.  Each probed entry is a consistent snapshot (its
+ * seqlock version was even and unchanged around the copy), so bitsets are
+ * never torn.  A worker whose blocks did not change during the query gets its
+ * exact score: its entries keep its bit throughout, entries it holds cannot be
+ * freed, and a miss is only believed if the bucket array was not rebuilt
+ * meanwhile (tab_ver).  A worker that changed may be seen before, after, or
+ * part way through the change.
+ * Why no read goes astray.  Readers follow only 32-bit entry ids.  Each id is
+ * bounds-checked against the chunk table (kvidx__ent_at returns NULL past it);
+ * chunks are never freed or moved before destroy, and entries are type-stable
+ * (a freed entry is only ever reused as an entry), so any id in range names
+ * valid atomic words.  Chain walks are bounded (KVIDX__MAX_STEPS) because
+ * speculative next links can form cycles, and validated: an entry whose
+ * version changed, or whose stored key hash no longer belongs to the bucket
+ * (it was freed and reused elsewhere), restarts the probe.  Retired bucket
+ * arrays are kept until destroy (they total less than the live one), so a
+ * reader holding an old array reads valid memory.  Retries are bounded
+ * (KVIDX__MAX_TRIES); a probe that exhausts them (a writer rebuilding forever)
+ * reports a miss, i.e. a lower score, never a wrong worker or a crash. */
+
+/* ========================================================================== */
+/* 7. Public API: lifecycle, events, stats, invariant checker                */
+/* ========================================================================== */
+typedef struct {
+  uint32_t max_workers, nw, jump, stride, slot_map_n;
+  size_t max_blocks, max_entries, fixed, total;
+} kvidx__plan;
+
+KVIDX__PRIV int kvidx__plan_cfg(const kvidx_config *cfg, int buffer, kvidx__plan *pl) {
+  if (!cfg || cfg->kind < KVIDX_RADIX || cfg->kind > KVIDX_REFERENCE || cfg->flags) return KVIDX_EINVAL;
+  if ((cfg->alloc == NULL) != (cfg->free == NULL)) return KVIDX_EINVAL;
+  pl->max_workers = cfg->max_workers ? cfg->max_workers
+                                     : (KVIDX__DEFAULT_WORKERS < KVIDX_WORKERS_MAX ? KVIDX__DEFAULT_WORKERS
+                                                                                   : KVIDX_WORKERS_MAX);
+  if (pl->max_workers > KVIDX_WORKERS_MAX) return KVIDX_EINVAL;
+  pl->jump = cfg->jump ? cfg->jump : KVIDX__DEFAULT_JUMP;
+  if (pl->jump > KVIDX_JUMP_MAX) return KVIDX_EINVAL;
+  pl->nw = (pl->max_workers + 63) / 64;
+  pl->stride = KVIDX__CAST(uint32_t, sizeof(kvidx__ent) + 8 * pl->nw);
+  pl->slot_map_n = kvidx__pow2(2 * KVIDX__CAST(uint64_t, pl->max_workers));
+  pl->max_blocks = cfg->max_blocks ? cfg->max_blocks
+                                   : buffer ? KVIDX_BUFFER_DEFAULT_BLOCKS : KVIDX__ID_LIMIT / 2;
+  if (pl->max_blocks > KVIDX__ID_LIMIT / 2) return KVIDX_EINVAL;
+  pl->max_entries = cfg->max_entries ? cfg->max_entries : buffer ? pl->max_blocks : KVIDX__ID_LIMIT;
+  if (pl->max_entries > KVIDX__ID_LIMIT) return KVIDX_EINVAL;
+  pl->fixed = kvidx__align(sizeof(kvidx)) + kvidx__align(sizeof(kvidx__slot) * pl->max_workers) +
+              kvidx__align(sizeof(uint32_t) * pl->slot_map_n) + kvidx__align(8 * pl->nw);
+  pl->total = pl->fixed;
+  if (buffer) {
+    if (cfg->kind == KVIDX_REFERENCE) return KVIDX_ENOTSUP;
+    pl->total += kvidx__pool_bytes(sizeof(kvidx__srec), KVIDX__CAST(uint32_t, pl->max_blocks)) +
+                 kvidx__pool_bytes(sizeof(kvidx__erec), KVIDX__CAST(uint32_t, 2 * pl->max_blocks)) +
+                 kvidx__align(pl->max_entries * pl->stride) +
+                 kvidx__align(kvidx__tab_bytes(kvidx__pow2(pl->max_entries))) + 64;
+  }
+  return KVIDX_OK;
+}
+
+/* Lay out the fixed part (and in buffer mode everything) from mem. */
+KVIDX__PRIV kvidx *kvidx__setup(const kvidx_config *cfg, const kvidx__plan *pl, unsigned char *mem, int buffer) {
+  kvidx *ix = KVIDX__RCAST(kvidx *, mem);
+  uint32_t i;
+  memset(mem, 0, pl->fixed);
+  ix->kind = cfg->kind;
+  ix->buffer_mode = buffer;
+  ix->alloc = cfg->alloc;
+  ix->free = cfg->free;
+  ix->actx = cfg->alloc_ctx;
+  ix->max_workers = pl->max_workers;
+  ix->nw = pl->nw;
+  ix->jump = pl->jump;
+  ix->stride = pl->stride;
+  ix->max_blocks = pl->max_blocks;
+  ix->max_entries = pl->max_entries;
+  mem += kvidx__align(sizeof(kvidx));
+  ix->slots = KVIDX__RCAST(kvidx__slot *, mem);
+  mem += kvidx__align(sizeof(kvidx__slot) * pl->max_workers);
+  ix->slot_map = KVIDX__RCAST(uint32_t *, mem);
+  ix->slot_map_mask = pl->slot_map_n - 1;
+  mem += kvidx__align(sizeof(uint32_t) * pl->slot_map_n);
+  ix->holed = KVIDX__RCAST(KVIDX__A(uint64_t) *, mem);
+  mem += kvidx__align(8 * pl->nw);
+  for (i = 0; i < pl->max_workers; i++) ix->slots[i].free_next = i + 1 < pl->max_workers ? i + 1 : KVIDX__NONE;
+  ix->slot_free = 0;
+  ix->ent_free = KVIDX__NONE;
+  ix->S.rec_size = sizeof(kvidx__srec);
+  ix->E.rec_size = sizeof(kvidx__erec);
+  ix->S.free_head = ix->E.free_head = KVIDX__NONE;
+  ix->cap0 = 1024;
+  ix->shift0 = 10;
+  if (buffer) {
+    uint32_t nb = kvidx__pow2(pl->max_entries);
+    kvidx__tab *t;
+    kvidx__pool_place(&ix->S, mem, sizeof(kvidx__srec), KVIDX__CAST(uint32_t, pl->max_blocks));
+    mem += kvidx__pool_bytes(sizeof(kvidx__srec), KVIDX__CAST(uint32_t, pl->max_blocks));
+    kvidx__pool_place(&ix->E, mem, sizeof(kvidx__erec), KVIDX__CAST(uint32_t, 2 * pl->max_blocks));
+    mem += kvidx__pool_bytes(sizeof(kvidx__erec), KVIDX__CAST(uint32_t, 2 * pl->max_blocks));
+    memset(mem, 0, pl->max_entries * pl->stride);
+    kvidx__st(&ix->chunks[0], mem);
+    ix->cap0 = ix->ent_cap = KVIDX__CAST(uint32_t, pl->max_entries);
+    ix->shift0 = 31; /* no further chunks: every id >= cap0 is out of range */
+    mem += kvidx__align(pl->max_entries * pl->stride);
+    t = KVIDX__RCAST(kvidx__tab *, mem);
+    t->mask = nb - 1;
+    t->older = NULL;
+    for (i = 0; i < nb; i++) kvidx__st(&KVIDX__HEADS(t)[i], 0u);
+    kvidx__st(&ix->tab, t);
+  }
+  return ix;
+}
+
+KVIDX_DEF size_t kvidx_buffer_size(const kvidx_config *cfg) {
+  kvidx__plan pl;
+  return kvidx__plan_cfg(cfg, 1, &pl) == KVIDX_OK ? pl.total + 64 : 0;
+}
+
+KVIDX_DEF int kvidx_init_buffer(kvidx **out, const kvidx_config *cfg, void *mem, size_t len) {
+  kvidx__plan pl;
+  unsigned char *m;
+  size_t adj;
+  int rc;
+  if (!out || !mem) return KVIDX_EINVAL;
+  *out = NULL;
+  if ((rc = kvidx__plan_cfg(cfg, 1, &pl)) != KVIDX_OK) return rc;
+  adj = (64 - (KVIDX__CAST(size_t, KVIDX__RCAST(uintptr_t, mem)) & 63)) & 63;
+  if (len < pl.total + 64) return KVIDX_EINVAL;
+  m = KVIDX__CAST(unsigned char *, mem) + adj;
+  *out = kvidx__setup(cfg, &pl, m, 1);
+  (*out)->bytes = (*out)->peak = (*out)->buf_len = len;
+  return KVIDX_OK;
+}
+
+KVIDX_DEF int kvidx_create(kvidx **out, const kvidx_config *cfg) {
+  kvidx__plan pl;
+  unsigned char *m;
+  kvidx *ix;
+  int rc;
+  if (!out) return KVIDX_EINVAL;
+  *out = NULL;
+  if ((rc = kvidx__plan_cfg(cfg, 0, &pl)) != KVIDX_OK) return rc;
+#ifdef KVIDX_NO_MALLOC
+  if (!cfg->alloc) return KVIDX_EINVAL;
+#endif
+  m = KVIDX__CAST(unsigned char *, kvidx__raw_alloc(cfg->alloc, cfg->alloc_ctx, pl.fixed));
+  if (!m) return KVIDX_ENOMEM;
+  ix = kvidx__setup(cfg, &pl, m, 0);
+  ix->bytes = ix->peak = ix->fixed_bytes = pl.fixed;
+  if (ix->kind == KVIDX_REFERENCE) {
+    size_t wb = sizeof(kvidx__rworker) * ix->max_workers;
+    ix->ref = KVIDX__CAST(kvidx__ref *, kvidx__alloc(ix, sizeof(kvidx__ref)));
+    if (ix->ref) {
+      memset(ix->ref, 0, sizeof *ix->ref);
+      ix->ref->w = KVIDX__CAST(kvidx__rworker *, kvidx__alloc(ix, wb));
+      if (ix->ref->w) memset(ix->ref->w, 0, wb);
+    }
+    if (!ix->ref || !ix->ref->w) {
+      kvidx_destroy(ix);
+      return KVIDX_ENOMEM;
+    }
+  } else {
+    kvidx__tab *t = KVIDX__CAST(kvidx__tab *, kvidx__alloc(ix, kvidx__tab_bytes(16)));
+    uint32_t i;
+    if (!t) {
+      kvidx_destroy(ix);
+      return KVIDX_ENOMEM;
+    }
+    t->mask = 15;
+    t->older = NULL;
+    t->bytes = kvidx__tab_bytes(16);
+    for (i = 0; i < 16; i++) kvidx__st(&KVIDX__HEADS(t)[i], 0u);
+    kvidx__st(&ix->tab, t);
+  }
+  *out = ix;
+  return KVIDX_OK;
+}
+
+KVIDX_DEF void kvidx_destroy(kvidx *ix) {
+  unsigned k;
+  if (!ix || ix->buffer_mode) return; /* buffer mode: the caller owns the memory */
+  if (ix->ref) {
+    if (ix->ref->w) {
+      uint32_t i;
+      for (i = 0; i < ix->max_workers; i++) {
+        kvidx__rmap_drop(ix, &ix->ref->w[i].blocks);
+        kvidx__rmap_drop(ix, &ix->ref->w[i].chains);
+      }
+      kvidx__free(ix, ix->ref->w, sizeof(kvidx__rworker) * ix->max_workers);
+    }
+    kvidx__free(ix, ix->ref, sizeof(kvidx__ref));
+  }
+  {
+    kvidx__tab *t = kvidx__ld(&ix->tab);
+    while (t) {
+      kvidx__tab *o = t->older;
+      kvidx__free(ix, t, t->bytes);
+      t = o;
+    }
+  }
+  for (k = 0; k < KVIDX__CHUNKS; k++) {
+    unsigned char *c = kvidx__ld(&ix->chunks[k]);
+    if (c) kvidx__free(ix, c, (k == 0 ? ix->cap0 : (KVIDX__CAST(size_t, ix->cap0) << k)) * ix->stride);
+  }
+  if (ix->S.recs) kvidx__free(ix, ix->S.recs, kvidx__pool_bytes(ix->S.rec_size, ix->S.cap));
+  if (ix->E.recs) kvidx__free(ix, ix->E.recs, kvidx__pool_bytes(ix->E.rec_size, ix->E.cap));
+  kvidx__free(ix, ix, ix->fixed_bytes);
+}
+
+KVIDX_DEF int kvidx_store(kvidx *ix, uint64_t worker_id, uint32_t dp_rank, const uint64_t *parent_seq,
+                          const kvidx_block *b, size_t n) {
+  int rc;
+  if (!ix || (n && !b)) return KVIDX_EINVAL;
+  if (ix->kind == KVIDX_REFERENCE) return kvidx__ref_store(ix, worker_id, dp_rank, parent_seq, b, n);
+  kvidx__lock(ix);
+  rc = kvidx__ix_store(ix, worker_id, dp_rank, parent_seq, b, n);
+  kvidx__unlock(ix);
+  return rc;
+}
+
+KVIDX_DEF int kvidx_remove(kvidx *ix, uint64_t worker_id, uint32_t dp_rank, const uint64_t *seq, size_t n) {
+  int rc;
+  if (!ix || (n && !seq)) return KVIDX_EINVAL;
+  if (ix->kind == KVIDX_REFERENCE) return kvidx__ref_remove(ix, worker_id, dp_rank, seq, n);
+  kvidx__lock(ix);
+  rc = kvidx__ix_remove(ix, worker_id, dp_rank, seq, n);
+  kvidx__unlock(ix);
+  return rc;
+}
+
+KVIDX_DEF int kvidx_clear(kvidx *ix, uint64_t worker_id, uint32_t dp_rank) {
+  if (!ix) return KVIDX_EINVAL;
+  if (ix->kind == KVIDX_REFERENCE) {
+    kvidx__rworker *w = kvidx__ref_worker(ix, worker_id, dp_rank);
+    if (w) kvidx__ref_clear_worker(ix, w);
+  } else {
+    uint32_t s;
+    kvidx__lock(ix);
+    if ((s = kvidx__slot_find(ix, worker_id, dp_rank)) != KVIDX__NONE) kvidx__ix_clear_slot(ix, s);
+    kvidx__unlock(ix);
+  }
+  return KVIDX_OK;
+}
+
+KVIDX_DEF int kvidx_remove_worker(kvidx *ix, uint64_t worker_id) {
+  uint32_t i;
+  if (!ix) return KVIDX_EINVAL;
+  if (ix->kind != KVIDX_REFERENCE) kvidx__lock(ix);
+  for (i = 0; i < ix->max_workers; i++) {
+    if (ix->kind == KVIDX_REFERENCE) {
+      if (ix->ref->w[i].live && ix->ref->w[i].id == worker_id) kvidx__ref_clear_worker(ix, &ix->ref->w[i]);
+    } else if (ix->slots[i].used && kvidx__ld(&ix->slots[i].id) == worker_id) {
+      kvidx__ix_clear_slot(ix, i);
+    }
+  }
+  if (ix->kind != KVIDX_REFERENCE) kvidx__unlock(ix);
+  return KVIDX_OK;
+}
+
+KVIDX_DEF size_t kvidx_find_matches(const kvidx *ix, const uint64_t *locals, size_t n, kvidx_score *out,
+                                    size_t cap) {
+  kvidx__sink k;
+  if (!ix || (n && !locals)) return 0;
+  k.out = out;
+  k.cap = out ? cap : 0;
+  k.n = k.total = 0;
+  k.heap = 0;
+  if (ix->kind == KVIDX_REFERENCE) return kvidx__ref_find(ix, locals, n, &k);
+  if (ix->kind == KVIDX_RADIX) kvidx__radix_find(ix, locals, n, &k);
+  else kvidx__pos_find(ix, locals, n, &k);
+  return kvidx__sink_finish(&k);
+}
+
+KVIDX_DEF size_t kvidx_worker_blocks(const kvidx *ix, uint64_t worker_id, uint32_t dp_rank) {
+  uint32_t s;
+  if (!ix) return 0;
+  if (ix->kind == KVIDX_REFERENCE) {
+    const kvidx__rworker *w = kvidx__ref_worker(ix, worker_id, dp_rank);
+    return w ? w->blocks.len : 0;
+  }
+  s = kvidx__slot_find(ix, worker_id, dp_rank);
+  return s == KVIDX__NONE ? 0 : ix->slots[s].blocks;
+}
+
+KVIDX_DEF int kvidx_get_stats(const kvidx *ix, kvidx_stats *st) {
+  if (!ix || !st) return KVIDX_EINVAL;
+  memset(st, 0, sizeof *st);
+  st->bytes = ix->bytes;
+  st->peak_bytes = ix->peak;
+  if (ix->kind == KVIDX_REFERENCE) {
+    st->blocks = ix->ref->blocks;
+    st->workers = ix->ref->nworkers;
+  } else {
+    st->blocks = ix->blocks;
+    st->workers = ix->slots_used;
+    st->entries = ix->ent_count;
+  }
+  return KVIDX_OK;
+}
+
+KVIDX_DEF const char *kvidx_strerror(int status) {
+  switch (status) {
+  case KVIDX_OK: return "ok";
+  case KVIDX_EINVAL: return "invalid argument";
+  case KVIDX_ENOMEM: return "out of memory (allocation hook failed); nothing changed";
+  case KVIDX_EFULL: return "capacity reached (max_blocks, max_workers or max_entries); nothing changed";
+  case KVIDX_ENOPARENT: return "parent block not held by this worker; nothing changed";
+  case KVIDX_ENOENT: return "some removed blocks were not held (the known ones were removed)";
+  case KVIDX_ENOTSUP: return "not supported by this index kind or mode";
+  default: return "unknown status";
+  }
+}
+
+#define KVIDX__STR2(x) #x
+#define KVIDX__STR(x) KVIDX__STR2(x)
+KVIDX_DEF const char *kvidx_version(void) {
+  return KVIDX__STR(KVIDX_VERSION_MAJOR) "." KVIDX__STR(KVIDX_VERSION_MINOR) "." KVIDX__STR(KVIDX_VERSION_PATCH);
+}
+
+/* Invariant checker.  Recounts everything from the seq records:
+ *  per record: its entry and parent records exist, the entry is live;
+ *  per (worker, entry) record: mult and children equal the recount, the
+ *  entry's bit is set iff mult > 0; orphans and holed bits match;
+ *  per entry: refs = records naming it, kids = live children (radix),
+ *  reachable through the table under its key; counts add up.
+ * The recount borrows the records' own counters (subtract, check zero, add
+ * back), so it allocates nothing. */
+#define KVIDX__CHK(c)                                                                                             \
+  do {                                                                                                           \
+    if (!(c)) return -__LINE__;                                                                                  \
+  } while (0)
+
+KVIDX__PRIV int kvidx__check_records(kvidx *ix, int sign) {
+  uint32_t i;
+  for (i = 0; i < ix->S.hw; i++) {
+    kvidx__srec *r = KVIDX__RCAST(kvidx__srec *, KVIDX__REC(&ix->S, i));
+    kvidx__erec *er, *pr;
+    if (r->h.slot == KVIDX__NONE) continue;
+    er = KVIDX__RCAST(kvidx__erec *, kvidx__pool_find(&ix->E, r->h.slot, r->entry, NULL));
+    KVIDX__CHK(er);
+    er->mult = KVIDX__CAST(uint32_t, er->mult + KVIDX__CAST(uint32_t, sign));
+    if (r->parent != KVIDX__NONE) {
+      pr = KVIDX__RCAST(kvidx__erec *, kvidx__pool_find(&ix->E, r->h.slot, r->parent, NULL));
+      KVIDX__CHK(pr);
+      pr->children = KVIDX__CAST(uint32_t, pr->children + KVIDX__CAST(uint32_t, sign));
+    }
+  }
+  return 0;
+}
+
+KVIDX__PRIV int kvidx__check_adjust(kvidx *ix, int sign) {
+  uint32_t i;
+  int bad = 0;
+  kvidx__tab *t = kvidx__ld(&ix->tab);
+  for (i = 0; i < ix->E.hw; i++) {
+    const kvidx__erec *er = KVIDX__RCAST(const kvidx__erec *, KVIDX__REC(&ix->E, i));
+    if (er->h.slot != KVIDX__NONE) {
+      kvidx__ent *e = kvidx__ent_at(ix, KVIDX__CAST(uint32_t, er->h.key));
+      e->refs = KVIDX__CAST(uint32_t, e->refs + KVIDX__CAST(uint32_t, sign));
+      if (((kvidx__ld(&kvidx__ent_bits(e)[er->h.slot >> 6]) >> (er->h.slot & 63)) & 1) != (er->mult != 0))
+        bad++; /* the entry's bit must say whether the worker holds it */
+    }
+  }
+  if (ix->kind != KVIDX_RADIX) return bad;
+  for (i = 0; i <= t->mask; i++) {
+    uint32_t id;
+    for (id = kvidx__ld(&KVIDX__HEADS(t)[i]); id; id = kvidx__ld(&kvidx__ent_at(ix, id - 1)->next)) {
+      uint32_t par = kvidx__ld(&kvidx__ent_at(ix, id - 1)->parent);
+      if (par != KVIDX__NONE) {
+        kvidx__ent *p = kvidx__ent_at(ix, par);
+        p->kids = KVIDX__CAST(uint32_t, p->kids + KVIDX__CAST(uint32_t, sign));
+      }
+    }
+  }
+  return bad;
+}
+
+KVIDX__PRIV int kvidx__check_entries(kvidx *ix) {
+  kvidx__tab *t = kvidx__ld(&ix->tab);
+  uint32_t i, w, seen = 0;
+  int rc = 0;
+  /* structure first: every chain is finite, entries sit in their bucket */
+  for (i = 0; i <= t->mask; i++) {
+    uint32_t id;
+    for (id = kvidx__ld(&KVIDX__HEADS(t)[i]); id; id = kvidx__ld(&kvidx__ent_at(ix, id - 1)->next)) {
+      kvidx__ent *e;
+      uint32_t par;
+      KVIDX__CHK(id - 1 < ix->ent_hw && ++seen <= ix->ent_count);
+      e = kvidx__ent_at(ix, id - 1);
+      par = kvidx__ld(&e->parent);
+      KVIDX__CHK((kvidx__ld(&e->hash) & t->mask) == i && (kvidx__ld(&e->ver) & 1) == 0);
+      KVIDX__CHK(kvidx__ld(&e->hash) == kvidx__key_hash(ix->kind, kvidx__ld(&e->pos), par, kvidx__ld(&e->local)));
+      KVIDX__CHK(e->refs || e->kids);
+      if (par != KVIDX__NONE) {
+        kvidx__ent *p = kvidx__ent_at(ix, par);
+        KVIDX__CHK(par < ix->ent_hw && (p->refs || p->kids) && kvidx__ld(&p->pos) + 1 == kvidx__ld(&e->pos));
+        KVIDX__CHK(kvidx_seq_hash_next(kvidx__ld(&p->chain), kvidx__ld(&e->local)) == kvidx__ld(&e->chain));
+      } else {
+        KVIDX__CHK(kvidx__ld(&e->pos) == 0 && kvidx__ld(&e->chain) == kvidx__ld(&e->local));
+      }
+      for (w = 0; w < ix->nw; w++) { /* a set bit has a holding record */
+        uint64_t bits = kvidx__ld(&kvidx__ent_bits(e)[w]);
+        while (bits) {
+          uint32_t sl = w * 64 + kvidx__ctz64(bits);
+          const kvidx__erec *er = KVIDX__RCAST(const kvidx__erec *, kvidx__pool_find(&ix->E, sl, id - 1, NULL));
+          bits &= bits - 1;
+          KVIDX__CHK(sl < ix->max_workers && er && er->mult);
+        }
+      }
+    }
+  }
+  KVIDX__CHK(seen == ix->ent_count);
+  /* then the counts */
+  if (kvidx__check_adjust(ix, -1)) rc = -__LINE__;
+  for (i = 0; i <= t->mask && !rc; i++) {
+    uint32_t id;
+    for (id = kvidx__ld(&KVIDX__HEADS(t)[i]); id && !rc; id = kvidx__ld(&kvidx__ent_at(ix, id - 1)->next)) {
+      kvidx__ent *e = kvidx__ent_at(ix, id - 1);
+      if (e->refs || e->kids) rc = -__LINE__;
+    }
+  }
+  kvidx__check_adjust(ix, 1);
+  return rc;
+}
+
+KVIDX_DEF int kvidx__check(const kvidx *cix) {
+  kvidx *ix = KVIDX__MUT(cix);
+  uint32_t i, s, w;
+  size_t total = 0, used = 0, ents = 0, orph[KVIDX_WORKERS_MAX];
+  int rc;
+  if (!ix) return -__LINE__;
+  if (ix->kind == KVIDX_REFERENCE) {
+    size_t nb = 0, nwk = 0;
+    for (i = 0; i < ix->max_workers; i++) {
+      const kvidx__rworker *wk = &ix->ref->w[i];
+      if (!wk->live) continue;
+      KVIDX__CHK(wk->blocks.len > 0);
+      nb += wk->blocks.len;
+      nwk++;
+    }
+    KVIDX__CHK(nb == ix->ref->blocks && nwk == ix->ref->nworkers);
+    return 0;
+  }
+  /* slots, their lists and the slot map */
+  for (s = 0; s < ix->max_workers; s++) {
+    const kvidx__slot *sl = &ix->slots[s];
+    size_t len = 0;
+    uint32_t r, prev = KVIDX__NONE;
+    int holed = (kvidx__ld(&ix->holed[s >> 6]) >> (s & 63)) & 1;
+    orph[s] = 0;
+    if (!sl->used) {
+      KVIDX__CHK(!holed && sl->list == KVIDX__NONE);
+      continue;
+    }
+    used++;
+    KVIDX__CHK(sl->blocks > 0 && kvidx__slot_find(ix, kvidx__ld(&sl->id), kvidx__ld(&sl->rank)) == s);
+    KVIDX__CHK(holed == (sl->orphans != 0));
+    for (r = sl->list; r != KVIDX__NONE; r = KVIDX__RCAST(kvidx__srec *, KVIDX__REC(&ix->S, r))->lnext) {
+      const kvidx__srec *sr = KVIDX__RCAST(const kvidx__srec *, KVIDX__REC(&ix->S, r));
+      KVIDX__CHK(r < ix->S.hw && sr->h.slot == s && sr->lprev == prev && ++len <= ix->S.count);
+      KVIDX__CHK(kvidx__pool_find(&ix->S, s, sr->h.key, NULL) == &sr->h);
+      prev = r;
+    }
+    KVIDX__CHK(len == sl->blocks);
+    total += len;
+  }
+  KVIDX__CHK(used == ix->slots_used && total == ix->blocks && total == ix->S.count);
+  /* orphans: held blocks whose parent entry the worker does not hold */
+  for (i = 0; i < ix->S.hw; i++) {
+    const kvidx__srec *r = KVIDX__RCAST(const kvidx__srec *, KVIDX__REC(&ix->S, i));
+    const kvidx__erec *pr;
+    if (r->h.slot == KVIDX__NONE || r->parent == KVIDX__NONE) continue;
+    pr = KVIDX__RCAST(const kvidx__erec *, kvidx__pool_find(&ix->E, r->h.slot, r->parent, NULL));
+    KVIDX__CHK(pr);
+    if (!pr->mult) orph[r->h.slot]++;
+  }
+  for (s = 0; s < ix->max_workers; s++) KVIDX__CHK(!ix->slots[s].used || orph[s] == ix->slots[s].orphans);
+  /* records vs recount */
+  if ((rc = kvidx__check_records(ix, -1)) != 0) return rc;
+  for (i = 0; i < ix->E.hw && !rc; i++) {
+    const kvidx__erec *er = KVIDX__RCAST(const kvidx__erec *, KVIDX__REC(&ix->E, i));
+    if (er->h.slot != KVIDX__NONE && (er->mult || er->children)) rc = -__LINE__;
+  }
+  kvidx__check_records(ix, 1);
+  if (rc) return rc;
+  /* entries: walk the table (the live set), recount refs and kids by
+   * subtracting, check zero, add back; free entries have no bits */
+  if ((rc = kvidx__check_entries(ix)) != 0) return rc;
+  for (i = ix->ent_free; i != KVIDX__NONE; i = kvidx__ent_at(ix, i)->fnext) {
+    kvidx__ent *e = kvidx__ent_at(ix, i);
+    KVIDX__CHK(i < ix->ent_hw && ++ents <= ix->ent_hw && !e->refs && !e->kids);
+    for (w = 0; w < ix->nw; w++) KVIDX__CHK(kvidx__ld(&kvidx__ent_bits(e)[w]) == 0);
+  }
+  KVIDX__CHK(ents + ix->ent_count == ix->ent_hw);
+  return 0;
+}
+
+#endif /* KVIDX__IMPLEMENTED */
+#endif /* KVIDX_IMPLEMENTATION */
