@@ -1,0 +1,138 @@
+# examples/examples.mk - included by the top Makefile.
+#
+#   make examples        build every example into build/examples/
+#   make test-examples   run each example and check its output
+#   make python          build/libkvidx.so for bindings/python/kvidx.py
+#   make test-python     unittest of the ctypes binding
+#   make install-all     header + pkg-config file + CMake package config
+#   make test-install    install into build/, build a consumer via
+#                        pkg-config and via CMake find_package(kvidx)
+#   make test-matrix     compilers x standards x options, warnings as errors
+#   make vllm-events     the vLLM KV-event daemon (libzmq3-dev libmsgpack-dev)
+#   make test-vllm       its end-to-end test with a Python vLLM-format publisher
+#
+# Uses the top Makefile's CC CXX CLANG CLANGXX CFLAGS_BASE WARN BUILD PTHREAD
+# PREFIX VECTORS and its deps target.
+
+EX_BUILD  := $(BUILD)/examples
+EX_BINS   := $(EX_BUILD)/basic $(EX_BUILD)/router $(EX_BUILD)/embedded \
+             $(EX_BUILD)/threads $(BUILD)/demo_basic
+PYTHON    ?= python3
+KVIDX_VERSION_STR = $(shell sed -n 's/^\#define KVIDX_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\).*/\2/p' kvidx.h | paste -sd. -)
+
+.PHONY: examples test-examples python test-python install-all test-install \
+        test-matrix vllm-events test-vllm
+
+examples: $(EX_BINS)
+
+$(EX_BUILD)/basic: examples/basic.c kvidx.h | deps
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_BASE) -o $@ examples/basic.c
+
+$(EX_BUILD)/router: examples/router.c kvidx.h | deps
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_BASE) -o $@ examples/router.c -lm
+
+# Object kept: test-examples runs nm on it (no malloc/free/pthread).
+$(EX_BUILD)/embedded.o: examples/embedded.c kvidx.h | deps
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_BASE) -DKVIDX_NO_THREADS -DKVIDX_NO_MALLOC -c -o $@ examples/embedded.c
+$(EX_BUILD)/embedded: $(EX_BUILD)/embedded.o
+	$(CC) -o $@ $<
+
+$(EX_BUILD)/threads: examples/threads.c kvidx.h | deps
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_BASE) -o $@ examples/threads.c $(PTHREAD)
+
+test-examples: examples
+	@sh examples/test_examples.sh $(BUILD)
+
+# ---- Python binding ----------------------------------------------------------
+python: $(BUILD)/libkvidx.so
+
+$(BUILD)/libkvidx.so: bindings/python/libkvidx.c kvidx.h | deps
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_BASE) -fPIC -shared -o $@ bindings/python/libkvidx.c $(PTHREAD)
+
+test-python: $(BUILD)/libkvidx.so
+	cd bindings/python && KVIDX_LIB=$(abspath $(BUILD)/libkvidx.so) \
+	  KVIDX_VECTORS=$(abspath $(VECTORS)) $(PYTHON) -m unittest -v test_kvidx
+
+# ---- install: header, pkg-config, CMake package config -------------------------
+# Layout under $(DESTDIR)$(PREFIX):
+#   include/kvidx.h
+#   share/pkgconfig/kvidx.pc                   (header-only: arch independent)
+#   share/cmake/kvidx/kvidxConfig.cmake        (INTERFACE target kvidx::kvidx)
+#   share/cmake/kvidx/kvidxConfigVersion.cmake
+install-all:
+	@test -n "$(KVIDX_VERSION_STR)" || { echo "install: no version in kvidx.h"; exit 1; }
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/share/pkgconfig \
+	  $(DESTDIR)$(PREFIX)/share/cmake/kvidx
+	install -m 644 kvidx.h $(DESTDIR)$(PREFIX)/include/kvidx.h
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(KVIDX_VERSION_STR)|g' \
+	  packaging/kvidx.pc.in > $(DESTDIR)$(PREFIX)/share/pkgconfig/kvidx.pc
+	chmod 644 $(DESTDIR)$(PREFIX)/share/pkgconfig/kvidx.pc
+	install -m 644 packaging/kvidxConfig.cmake $(DESTDIR)$(PREFIX)/share/cmake/kvidx/kvidxConfig.cmake
+	sed -e 's|@VERSION@|$(KVIDX_VERSION_STR)|g' packaging/kvidxConfigVersion.cmake.in \
+	  > $(DESTDIR)$(PREFIX)/share/cmake/kvidx/kvidxConfigVersion.cmake
+	chmod 644 $(DESTDIR)$(PREFIX)/share/cmake/kvidx/kvidxConfigVersion.cmake
+
+INST_TEST := $(abspath $(BUILD))/install-test
+test-install: | deps
+	@rm -rf $(INST_TEST) && mkdir -p $(INST_TEST)
+	@echo "-- install into $(INST_TEST)/prefix"
+	@$(MAKE) --no-print-directory install-all PREFIX=$(INST_TEST)/prefix >$(INST_TEST)/install.log
+	cmp kvidx.h $(INST_TEST)/prefix/include/kvidx.h
+	@echo "-- DESTDIR staging"
+	@$(MAKE) --no-print-directory install-all DESTDIR=$(INST_TEST)/stage PREFIX=/opt/kvidx >>$(INST_TEST)/install.log
+	test -f $(INST_TEST)/stage/opt/kvidx/include/kvidx.h
+	grep -q '^prefix=/opt/kvidx$$' $(INST_TEST)/stage/opt/kvidx/share/pkgconfig/kvidx.pc
+	@echo "-- consumer via pkg-config"
+	test "$$(PKG_CONFIG_PATH=$(INST_TEST)/prefix/share/pkgconfig pkg-config --modversion kvidx)" = "$(KVIDX_VERSION_STR)"
+	cd $(INST_TEST) && $(CC) -std=c11 -Wall -Wextra -Wpedantic -Werror \
+	  $$(PKG_CONFIG_PATH=$(INST_TEST)/prefix/share/pkgconfig pkg-config --cflags kvidx) \
+	  -o consumer_pkgconfig $(abspath packaging/test/consumer.c) \
+	  $$(PKG_CONFIG_PATH=$(INST_TEST)/prefix/share/pkgconfig pkg-config --libs kvidx) && ./consumer_pkgconfig
+	@echo "-- consumer via CMake find_package(kvidx) / kvidx::kvidx"
+	cmake -S packaging/test -B $(INST_TEST)/cmake -DCMAKE_C_COMPILER=$(CC) \
+	  -DCMAKE_PREFIX_PATH=$(INST_TEST)/prefix >$(INST_TEST)/cmake.log 2>&1 || { cat $(INST_TEST)/cmake.log; exit 1; }
+	cmake --build $(INST_TEST)/cmake >>$(INST_TEST)/cmake.log 2>&1 || { cat $(INST_TEST)/cmake.log; exit 1; }
+	grep -q 'kvidx_DIR:PATH=$(INST_TEST)/prefix/share/cmake/kvidx' $(INST_TEST)/cmake/CMakeCache.txt
+	$(INST_TEST)/cmake/consumer
+	@echo "test-install: ok"
+
+# ---- compile matrix ------------------------------------------------------------
+test-matrix: | deps
+	@CC="$(CC)" CXX="$(CXX)" CLANG="$(CLANG)" CLANGXX="$(CLANGXX)" \
+	  sh examples/matrix/run.sh $(BUILD)
+
+# ---- vLLM KV-event daemon (optional dependencies) ----------------------------------
+VLLM_DEB_PKGS := libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack
+VLLM_BIN := $(BUILD)/kvidx-vllm-events
+
+vllm-events: $(VLLM_BIN)
+
+$(VLLM_BIN): examples/vllm_events/kvidx_vllm.c kvidx.h | deps
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_BASE) $$(pkg-config --cflags libzmq msgpack 2>/dev/null) \
+	  -o $@ examples/vllm_events/kvidx_vllm.c \
+	  $$(pkg-config --libs libzmq msgpack 2>/dev/null || echo -lzmq -lmsgpackc)
+
+# Installs the Debian packages when root; otherwise skips with a message.
+test-vllm: | deps
+	@missing=""; for p in $(VLLM_DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "test-vllm: installing$$missing"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) \
+	      >$(BUILD)/apt-vllm.log 2>&1 || { echo "test-vllm: apt-get failed, see $(BUILD)/apt-vllm.log"; exit 1; }; \
+	  else \
+	    echo "test-vllm: SKIPPED: missing Debian packages:$$missing (run: sudo apt-get install$$missing)"; \
+	    exit 0; \
+	  fi; \
+	fi; \
+	$(MAKE) --no-print-directory $(VLLM_BIN) && \
+	timeout 120 /usr/bin/python3 examples/vllm_events/test_vllm_events.py \
+	  $(VLLM_BIN) $(abspath $(BUILD))/vllm-test $(abspath $(VECTORS))
+
+TEST_PARTS += test-examples test-python test-install test-matrix test-vllm

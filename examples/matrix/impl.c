@@ -1,0 +1,3 @@
+/* matrix/impl.c - the implementation TU of the compile matrix. */
+#define KVIDX_IMPLEMENTATION
+#include "kvidx.h"

@@ -1,0 +1,252 @@
+#!/usr/bin/python3
+"""End-to-end test of kvidx-vllm-events with a publisher that speaks vLLM's
+KV event protocol (vllm/distributed/kv_events.py, ZmqEventPublisher):
+multipart [topic, seq (8 bytes big endian), msgpack EventBatch].
+
+Two publishers stand in for two vLLM instances: one encodes array-like
+(older vLLM, array_like=True, integer block hashes, dp rank 1), the other
+map-encoded (recent vLLM, msgspec's default, sha256 bytes block hashes).
+Everything runs on 127.0.0.1 and a unix socket; the run is bounded.
+
+    /usr/bin/python3 test_vllm_events.py build/kvidx-vllm-events TMPDIR [VECTORS]
+
+Needs Debian's python3-zmq and python3-msgpack.
+"""
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import msgpack
+import zmq
+
+BS = 16
+checks = 0
+
+
+def fail(msg, proc=None, log=None):
+    print(f"test-vllm: FAIL: {msg}")
+    if proc is not None:
+        proc.kill()
+    if log and os.path.exists(log):
+        print("--- daemon log ---")
+        print(open(log).read()[-4000:])
+    sys.exit(1)
+
+
+class Publisher:
+    """A vLLM-style PUB socket on loopback."""
+
+    def __init__(self, ctx, array_like, dp_rank, topic=b"kv-events"):
+        self.sock = ctx.socket(zmq.PUB)
+        self.port = self.sock.bind_to_random_port("tcp://127.0.0.1")
+        self.array_like, self.dp_rank, self.topic = array_like, dp_rank, topic
+        self.seq = 0
+
+    def send_raw(self, payload, seq=None):
+        seq = self.seq if seq is None else seq
+        self.sock.send_multipart([self.topic, seq.to_bytes(8, "big"), payload])
+        self.seq = seq + 1
+
+    def send(self, events, seq=None):
+        ts = time.time()
+        if self.array_like:
+            batch = [ts, [self._arr(e) for e in events], self.dp_rank]
+        else:
+            batch = {"ts": ts, "events": [self._map(e) for e in events]}
+            if self.dp_rank:
+                batch["data_parallel_rank"] = self.dp_rank
+        self.send_raw(msgpack.packb(batch, use_bin_type=True), seq)
+
+    @staticmethod
+    def _arr(e):
+        kind = e["type"]
+        if kind == "BlockStored":
+            return ["BlockStored", e["block_hashes"], e.get("parent_block_hash"),
+                    e["token_ids"], e["block_size"], e.get("lora_id"),
+                    e.get("medium", "GPU")] + (
+                        [e["lora_name"]] if "lora_name" in e else [])
+        if kind == "BlockRemoved":
+            return ["BlockRemoved", e["block_hashes"], e.get("medium", "GPU")]
+        if kind == "AllBlocksCleared":
+            return ["AllBlocksCleared"]
+        return [kind] + e.get("rest", [])
+
+    @staticmethod
+    def _map(e):
+        m = {"type": e["type"]}
+        if e["type"] == "BlockStored":
+            m.update(block_hashes=e["block_hashes"],
+                     parent_block_hash=e.get("parent_block_hash"),
+                     token_ids=e["token_ids"], block_size=e["block_size"],
+                     lora_id=e.get("lora_id"), medium=e.get("medium", "GPU"),
+                     lora_name=e.get("lora_name"))
+        elif e["type"] == "BlockRemoved":
+            m.update(block_hashes=e["block_hashes"], medium=e.get("medium", "GPU"))
+        return m
+
+
+class Client:
+    def __init__(self, path):
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.s.settimeout(5)
+        self.s.connect(path)
+        self.f = self.s.makefile("r")
+
+    def ask(self, line):
+        self.s.sendall(line.encode() + b"\n")
+        return self.f.readline().rstrip("\n")
+
+    def stats(self):
+        r = self.ask("STATS")
+        return {k: int(v) for k, v in (x.split("=") for x in r.split()[1:])}
+
+    def match(self, tokens, lora=None):
+        pre = f"lora={lora} " if lora else ""
+        r = self.ask("MATCH " + pre + " ".join(map(str, tokens)))
+        return r.split(" ", 3)[3] if r.count(" ") >= 3 else ""
+
+
+def expect(what, got, want, proc, log):
+    global checks
+    if got != want:
+        fail(f"{what}: got {got!r}, want {want!r}", proc, log)
+    checks += 1
+    print(f"  ok  {what}: {got}", flush=True)
+
+
+def wait_for(cond, what, proc, log, timeout=10.0):
+    end = time.time() + timeout
+    while time.time() < end:
+        if cond():
+            return
+        time.sleep(0.02)
+    fail(f"timed out waiting for {what}", proc, log)
+
+
+def sha(i):
+    return hashlib.sha256(b"block-%d" % i).digest()
+
+
+def main():
+    daemon, tmp = sys.argv[1], sys.argv[2]
+    vectors = sys.argv[3] if len(sys.argv) > 3 else None
+    os.makedirs(tmp, exist_ok=True)
+    qpath, log = os.path.join(tmp, "q.sock"), os.path.join(tmp, "daemon.log")
+
+    # The daemon refuses a non-loopback query address before binding it.
+    r = subprocess.run([daemon, "--endpoint", "tcp://127.0.0.1:1=1",
+                        "--listen", "0.0.0.0:7070"], capture_output=True,
+                       text=True, timeout=10)
+    expect("non-loopback --listen refused", (r.returncode != 0,
+           "loopback" in r.stderr), (True, True), None, None)
+
+    ctx = zmq.Context()
+    p1 = Publisher(ctx, array_like=True, dp_rank=1)
+    p2 = Publisher(ctx, array_like=False, dp_rank=0)
+    proc = subprocess.Popen(
+        [daemon, "--endpoint", f"tcp://127.0.0.1:{p1.port}=1",
+         "--endpoint", f"tcp://127.0.0.1:{p2.port}=2", "--listen",
+         f"unix:{qpath}", "--block-size", str(BS), "--topic", "kv-events",
+         "--max-seconds", "60"],
+        stdout=subprocess.PIPE, stderr=open(log, "w"), text=True)
+    if proc.stdout.readline().strip() != "ready":
+        fail("daemon did not start", proc, log)
+    cl = Client(qpath)
+    expect("PING", cl.ask("PING"), "OK pong", proc, log)
+
+    # ZeroMQ drops what a PUB sends before the SUB has joined: send empty
+    # batches until the daemon has seen one from each publisher.
+    for pub in (p1, p2):
+        before = cl.stats()["batches"]
+        def joined():
+            pub.send([])
+            time.sleep(0.05)
+            return cl.stats()["batches"] > before
+        wait_for(joined, "subscription", proc, log)
+    base = cl.stats()["batches"]
+    sent = 0
+
+    A = list(range(100))            # 6 full blocks of 16 (+ a 4-token tail)
+    toks = lambda i, j: A[i * BS:j * BS]  # noqa: E731
+    w1 = [1001 + i for i in range(6)]     # integer block hashes
+    w2 = [sha(i) for i in range(6)]       # sha256 bytes block hashes
+
+    def settle():
+        wait_for(lambda: cl.stats()["batches"] >= base + sent,
+                 f"{sent} batches", proc, log)
+
+    # Worker 1 (array-like, dp 1): all 6 blocks in one event.
+    p1.send([{"type": "BlockStored", "block_hashes": w1, "token_ids": toks(0, 6),
+              "block_size": BS}])
+    # Worker 2 (map): blocks 0-1, then block 2 under block 1, then blocks 3-5
+    # on the CPU tier (skipped: not GPU).
+    p2.send([{"type": "BlockStored", "block_hashes": w2[:2], "token_ids": toks(0, 2),
+              "block_size": BS},
+             {"type": "BlockStored", "block_hashes": w2[2:3],
+              "parent_block_hash": w2[1], "token_ids": toks(2, 3), "block_size": BS}])
+    p2.send([{"type": "BlockStored", "block_hashes": w2[3:], "parent_block_hash":
+              w2[2], "token_ids": toks(3, 6), "block_size": BS, "medium": "CPU"}])
+    sent += 3
+    settle()
+    expect("both workers", cl.match(A), "1:1:6 2:0:3", proc, log)
+    expect("WORKER 2", cl.ask("WORKER 2 0"), "OK blocks=3", proc, log)
+
+    if vectors and os.path.exists(vectors):
+        case = json.load(open(vectors))["cases"][0]
+        if case["block_size"] == BS and not case["lora_name"] and not case["namespace"]:
+            r = cl.ask("MATCHH " + " ".join(case["local_hashes"]))
+            expect("Dynamo vector hashes match the same blocks",
+                   r.split(" ", 3)[3], cl.match(case["tokens"]), proc, log)
+
+    # Worker 1 evicts block 1: its depth stops at the hole.
+    p1.send([{"type": "BlockRemoved", "block_hashes": [w1[1]]}])
+    sent += 1
+    settle()
+    expect("after BlockRemoved", cl.match(A), "2:0:3 1:1:1", proc, log)
+
+    # Worker 2 is reset; then stores a LoRA prompt (seed salted by name).
+    p2.send([{"type": "AllBlocksCleared"},
+             {"type": "BlockStored", "block_hashes": [sha(100 + i) for i in range(4)],
+              "token_ids": toks(0, 4), "block_size": BS, "lora_id": 1,
+              "lora_name": "adapter-a"}])
+    sent += 1
+    settle()
+    expect("after AllBlocksCleared", cl.match(A), "1:1:1", proc, log)
+    expect("LoRA query", cl.match(toks(0, 4), lora="adapter-a"), "2:0:4", proc, log)
+    expect("base-model query ignores LoRA blocks", cl.match(toks(0, 4)), "1:1:1",
+           proc, log)
+
+    # Unknown parent, unknown event kind, garbage payload, a sequence gap.
+    p1.send([{"type": "BlockStored", "block_hashes": [5555], "parent_block_hash": 4444,
+              "token_ids": toks(0, 1), "block_size": BS},
+             {"type": "FutureEvent", "rest": [1, 2]}])
+    p1.send_raw(b"\xc1")
+    p1.send([], seq=p1.seq + 2)
+    sent += 2
+    settle()
+    st = cl.stats()
+    expect("error counters", (st["enoparent"], st["ignored"], st["malformed"],
+                              st["gaps"], st["skipped"]), (1, 1, 1, 2, 1), proc, log)
+    expect("index totals", (st["blocks"], st["workers"]), (5 + 4, 2), proc, log)
+    expect("bad query", cl.ask("MATCH x").split(" ")[0], "ERR", proc, log)
+
+    proc.send_signal(signal.SIGTERM)
+    try:
+        rc = proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        fail("daemon did not stop on SIGTERM", proc, log)
+    expect("clean exit on SIGTERM", (rc, os.path.exists(qpath)), (0, False), None, None)
+    p1.sock.close(0)
+    p2.sock.close(0)
+    ctx.term()
+    print(f"test-vllm: {checks} checks passed")
+
+
+if __name__ == "__main__":
+    main()
