@@ -1649,7 +1649,10 @@ KVIDX__PRIV kvidx *kvidx__setup(const kvidx_config *cfg, const kvidx__plan *pl, 
   mem += kvidx__align(sizeof(uint32_t) * pl->slot_map_n);
   ix->holed = KVIDX__RCAST(KVIDX__A(uint64_t) *, mem);
   mem += kvidx__align(8 * pl->nw);
-  for (i = 0; i < pl->max_workers; i++) ix->slots[i].free_next = i + 1 < pl->max_workers ? i + 1 : KVIDX__NONE;
+  for (i = 0; i < pl->max_workers; i++) {
+    ix->slots[i].free_next = i + 1 < pl->max_workers ? i + 1 : KVIDX__NONE;
+    ix->slots[i].list = KVIDX__NONE;
+  }
   ix->slot_free = 0;
   ix->ent_free = KVIDX__NONE;
   ix->S.rec_size = sizeof(kvidx__srec);
@@ -1958,11 +1961,11 @@ KVIDX__PRIV int kvidx__check_entries(kvidx *ix) {
       KVIDX__CHK((kvidx__ld(&e->hash) & t->mask) == i && (kvidx__ld(&e->ver) & 1) == 0);
       KVIDX__CHK(kvidx__ld(&e->hash) == kvidx__key_hash(ix->kind, kvidx__ld(&e->pos), par, kvidx__ld(&e->local)));
       KVIDX__CHK(e->refs || e->kids);
-      if (par != KVIDX__NONE) {
+      if (par != KVIDX__NONE && ix->kind == KVIDX_RADIX) { /* positional: parents may be gone */
         kvidx__ent *p = kvidx__ent_at(ix, par);
         KVIDX__CHK(par < ix->ent_hw && (p->refs || p->kids) && kvidx__ld(&p->pos) + 1 == kvidx__ld(&e->pos));
         KVIDX__CHK(kvidx_seq_hash_next(kvidx__ld(&p->chain), kvidx__ld(&e->local)) == kvidx__ld(&e->chain));
-      } else {
+      } else if (par == KVIDX__NONE) {
         KVIDX__CHK(kvidx__ld(&e->pos) == 0 && kvidx__ld(&e->chain) == kvidx__ld(&e->local));
       }
       for (w = 0; w < ix->nw; w++) { /* a set bit has a holding record */

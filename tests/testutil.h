@@ -1,0 +1,49 @@
+/* Tiny test harness shared by the core tests. */
+#ifndef KVIDX_TESTUTIL_H
+#define KVIDX_TESTUTIL_H
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kvidx.h"
+
+extern int t_fails, t_checks;
+#define CHECK(c)                                                                 \
+  do {                                                                           \
+    t_checks++;                                                                  \
+    if (!(c)) {                                                                  \
+      t_fails++;                                                                 \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c);      \
+    }                                                                            \
+  } while (0)
+#define CHECK_EQ(a, b)                                                           \
+  do {                                                                           \
+    long long a_ = (long long)(a), b_ = (long long)(b);                          \
+    t_checks++;                                                                  \
+    if (a_ != b_) {                                                              \
+      t_fails++;                                                                 \
+      fprintf(stderr, "%s:%d: %s == %lld, expected %s == %lld\n", __FILE__,      \
+              __LINE__, #a, a_, #b, b_);                                         \
+    }                                                                            \
+  } while (0)
+
+/* splitmix64: deterministic, seedable */
+static inline uint64_t t_rand(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+static inline uint32_t t_below(uint64_t *s, uint32_t n) { return (uint32_t)(t_rand(s) % n); }
+
+/* Allocation hooks that count and can fail on the k-th call. */
+typedef struct {
+  long calls, fail_at; /* fail_at < 0: never */
+  long live;
+  size_t bytes;
+} t_alloc_ctx;
+void *t_alloc(void *ctx, size_t n);
+void t_free(void *ctx, void *p, size_t n);
+
+/* Chains of a run of locals, the way the index and reference compute them. */
+static inline void t_chains(const uint64_t *loc, size_t n, uint64_t *out) { kvidx_seq_hashes(loc, n, out); }
+#endif
