@@ -104,7 +104,11 @@
   (KVIDX_VERSION_MAJOR * 10000 + KVIDX_VERSION_MINOR * 100 + KVIDX_VERSION_PATCH)
 
 #ifdef KVIDX_STATIC
+#if defined(__GNUC__) || defined(__clang__)
+#define KVIDX_API static __attribute__((unused)) /* a TU may use only a few */
+#else
 #define KVIDX_API static
+#endif
 #else
 #define KVIDX_API extern
 #endif
@@ -311,7 +315,7 @@ KVIDX_API int kvidx__check(const kvidx *ix);
 #endif
 
 #ifdef KVIDX_STATIC
-#define KVIDX_DEF static
+#define KVIDX_DEF KVIDX_API
 #else
 #define KVIDX_DEF
 #endif
