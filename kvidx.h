@@ -230,6 +230,11 @@ KVIDX_API const char *kvidx_version(void); /* "0.1.0" */
 /* Invariant checker (rax style): 0 if every internal invariant holds, else a
  * negative line-number-like code.  O(size); for tests.  Not thread-safe. */
 KVIDX_API int kvidx__check(const kvidx *ix);
+/* Test hook for the deterministic interleaving test: find_matches that does
+ * not retry; *retry = 1 when a probe met a write in progress (the answer is
+ * then not to be used). */
+KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *locals, size_t n,
+                                          kvidx_score *out, size_t cap, int *retry);
 
 #ifdef __cplusplus
 }
@@ -499,6 +504,7 @@ struct kvidx {
   kvidx__slot *slots;
   uint32_t *slot_map; /* open addressing over slot ids (+1), keyed by worker */
   uint32_t slot_map_mask, slot_free, slots_used;
+  KVIDX__A(uint32_t) slot_epoch; /* bumped when a slot is released (6.)   */
   KVIDX__A(uint64_t) *holed; /* bitset: slots with orphans > 0 */
   size_t blocks;
   kvidx__pool S, E;
@@ -723,6 +729,7 @@ KVIDX__PRIV void kvidx__slot_release(kvidx *ix, uint32_t s) {
     }
   }
   sl->used = 0;
+  kvidx__st_rel(&ix->slot_epoch, kvidx__ld(&ix->slot_epoch) + 1);
   sl->free_next = ix->slot_free;
   ix->slot_free = s;
   ix->slots_used--;
@@ -738,7 +745,10 @@ KVIDX__PRIV void kvidx__orphans_add(kvidx *ix, uint32_t s, size_t add, size_t su
   kvidx__slot *sl = &ix->slots[s];
   int was = sl->orphans != 0;
   sl->orphans = sl->orphans + add - sub;
-  if (was != (sl->orphans != 0)) kvidx__set_holed(ix, s, sl->orphans != 0);
+  if (was != (sl->orphans != 0)) {
+    KVIDX_TEST_HOOK(ix, 7); /* the holed mark is about to change */
+    kvidx__set_holed(ix, s, sl->orphans != 0);
+  }
 }
 
 /* ---- results: keep the best `cap` scores without allocating ------------- */
@@ -797,7 +807,25 @@ KVIDX__PRIV void kvidx__sink_push(kvidx__sink *k, uint64_t id, uint32_t rank, si
   }
 }
 
-KVIDX__PRIV size_t kvidx__sink_finish(kvidx__sink *k) {
+KVIDX__PRIV int kvidx__score_cmp_worker(const void *x, const void *y) {
+  const kvidx_score *a = KVIDX__CAST(const kvidx_score *, x), *b = KVIDX__CAST(const kvidx_score *, y);
+  if (a->worker_id != b->worker_id) return a->worker_id < b->worker_id ? -1 : 1;
+  if (a->dp_rank != b->dp_rank) return a->dp_rank < b->dp_rank ? -1 : 1;
+  return a->depth > b->depth ? -1 : a->depth < b->depth;
+}
+
+/* dedup: a worker that left its slot and came back in another during the
+ * query could be reported twice; keep its deepest score */
+KVIDX__PRIV size_t kvidx__sink_finish(kvidx__sink *k, int slots_moved) {
+  if (slots_moved && k->n > 1) {
+    size_t i, j = 1;
+    qsort(k->out, k->n, sizeof(kvidx_score), kvidx__score_cmp_worker);
+    for (i = 1; i < k->n; i++)
+      if (k->out[i].worker_id != k->out[j - 1].worker_id || k->out[i].dp_rank != k->out[j - 1].dp_rank)
+        k->out[j++] = k->out[i];
+    k->total -= k->n - j;
+    k->n = j;
+  }
   if (k->n > 1) qsort(k->out, k->n, sizeof(kvidx_score), kvidx__score_cmp);
   return k->total;
 }
@@ -1019,7 +1047,7 @@ KVIDX__PRIV size_t kvidx__ref_find(const kvidx *ix, const uint64_t *loc, size_t 
     }
     if (depth) kvidx__sink_push(k, w->id, w->rank, depth);
   }
-  return kvidx__sink_finish(k);
+  return kvidx__sink_finish(k, 0);
 }
 
 /* ========================================================================== */
@@ -1124,6 +1152,7 @@ KVIDX__PRIV int kvidx__ent_reserve(kvidx *ix, size_t extra) {
         kvidx__st(&KVIDX__HEADS(nt)[b], id);
         id = nx;
       }
+      if (i == t->mask / 2) KVIDX_TEST_HOOK(ix, 5); /* half the chains relinked */
     }
     kvidx__st_rel(&ix->tab, nt);
     kvidx__st_rel(&ix->tab_ver, kvidx__ld(&ix->tab_ver) + 1);
@@ -1193,6 +1222,7 @@ KVIDX__PRIV uint32_t kvidx__ent_get(kvidx *ix, uint32_t parent, uint64_t local) 
   kvidx__ent_wbegin(e); /* a reader may still be looking at the old key */
   kvidx__st(&e->hash, h);
   kvidx__st(&e->pos, pos);
+  KVIDX_TEST_HOOK(ix, 3); /* half re-keyed */
   kvidx__st(&e->local, local);
   kvidx__st(&e->chain, chain);
   kvidx__st(&e->parent, parent);
@@ -1200,6 +1230,7 @@ KVIDX__PRIV uint32_t kvidx__ent_get(kvidx *ix, uint32_t parent, uint64_t local) 
   e->refs = e->kids = 0;
   kvidx__ent_wend(e); /* bits are already zero: cleared before free */
   kvidx__st_rel(&KVIDX__HEADS(t)[h & t->mask], id + 1);
+  KVIDX_TEST_HOOK(ix, 4); /* published, no worker yet */
   if (ix->kind == KVIDX_RADIX && parent != KVIDX__NONE) kvidx__ent_at(ix, parent)->kids++;
   ix->ent_count++;
   return id;
@@ -1217,6 +1248,7 @@ KVIDX__PRIV void kvidx__ent_maybe_free(kvidx *ix, uint32_t id) {
     while (kvidx__ld(pp) != id + 1) pp = &kvidx__ent_at(ix, kvidx__ld(pp) - 1)->next;
     /* unlink: e keeps its next, so a reader standing on e walks on */
     kvidx__st_rel(pp, kvidx__ld(&e->next));
+    KVIDX_TEST_HOOK(ix, 6); /* unlinked, not yet free */
     e->fnext = ix->ent_free;
     ix->ent_free = id;
     ix->ent_count--;
@@ -1263,7 +1295,7 @@ KVIDX__PRIV void kvidx__hold(kvidx *ix, uint32_t s, uint64_t seq, uint32_t e, ui
   er = kvidx__erec_get(ix, s, e);
   if (er->mult++ == 0) {
     kvidx__ent_setbit(ix, e, s, 1);
-    kvidx__orphans_add(ix, s, 0, er->children); /* its children are whole again */
+    kvidx__orphans_add(ix, s, 0, er->children); /* whole again: unmark after the bit */
   }
 }
 
@@ -1280,8 +1312,10 @@ KVIDX__PRIV void kvidx__unhold(kvidx *ix, uint32_t s, uint32_t rid) {
   sl->blocks--;
   ix->blocks--;
   if (--er->mult == 0) {
+    /* a hole under its children: mark the worker holed before the bit goes,
+     * so a concurrent jump search never skips over the hole */
+    kvidx__orphans_add(ix, s, er->children, 0);
     kvidx__ent_setbit(ix, e, s, 0);
-    kvidx__orphans_add(ix, s, er->children, 0); /* a hole under its children */
   }
   if (p != KVIDX__NONE) {
     kvidx__erec *pr = KVIDX__RCAST(kvidx__erec *, kvidx__pool_find(&ix->E, s, p, NULL));
@@ -1384,15 +1418,25 @@ KVIDX__PRIV void kvidx__ix_clear_slot(kvidx *ix, uint32_t s) {
 #define KVIDX__MAX_TRIES 100000
 #define KVIDX__MAX_STEPS 4096
 
-KVIDX__PRIV int kvidx__probe(const kvidx *cix, uint32_t pos, uint32_t parent, uint64_t local, uint64_t chain,
-                             uint64_t *bits, uint32_t *id_out) {
+typedef struct {
+  uint32_t max_tries; /* KVIDX__MAX_TRIES; 1 in the interleaving test      */
+  int gave_up;        /* a probe found no consistent snapshot              */
+} kvidx__rctx;
+
+KVIDX__PRIV int kvidx__probe(const kvidx *cix, kvidx__rctx *rc, uint32_t pos, uint32_t parent, uint64_t local,
+                             uint64_t chain, uint64_t *bits, uint32_t *id_out) {
   kvidx *ix = KVIDX__MUT(cix); /* atomics are loaded, never stored */
   uint32_t h = kvidx__key_hash(ix->kind, pos, parent, local), tries, i, nw = ix->nw;
   int radix = ix->kind == KVIDX_RADIX;
-  for (tries = 0; tries < KVIDX__MAX_TRIES; tries++) {
-    uint32_t tv = kvidx__ld_acq(&ix->tab_ver), b, id, steps = 0;
+  for (tries = 0;; tries++) {
+    uint32_t tv, b, id, steps = 0;
     kvidx__tab *t;
     int again = 0;
+    if (tries == rc->max_tries) {
+      rc->gave_up = 1;
+      break;
+    }
+    tv = kvidx__ld_acq(&ix->tab_ver);
     if (tv & 1) continue; /* the bucket array is being rebuilt */
     t = kvidx__ld_acq(&ix->tab);
     b = h & t->mask;
@@ -1426,18 +1470,20 @@ KVIDX__PRIV int kvidx__probe(const kvidx *cix, uint32_t pos, uint32_t parent, ui
     kvidx__fence_acq();
     if (kvidx__ld(&ix->tab_ver) == tv) break; /* a miss is only trusted if no rehash ran */
   }
+  (void)tries;
   for (i = 0; i < nw; i++) bits[i] = 0;
   return 0;
 }
 
 /* Radix: walk edge by edge; no hashing on the read path. */
-KVIDX__PRIV void kvidx__radix_find(const kvidx *ix, const uint64_t *loc, size_t n, kvidx__sink *k) {
+KVIDX__PRIV void kvidx__radix_find(const kvidx *ix, kvidx__rctx *rc, const uint64_t *loc, size_t n,
+                                   kvidx__sink *k) {
   uint64_t act[KVIDX__NW_MAX], b[KVIDX__NW_MAX], d[KVIDX__NW_MAX];
   uint32_t nw = ix->nw, cur = KVIDX__NONE, i;
   size_t pos;
   for (pos = 0; pos < n; pos++) {
     int any = 0;
-    if (!kvidx__probe(ix, 0, cur, loc[pos], 0, b, &cur)) break;
+    if (!kvidx__probe(ix, rc, 0, cur, loc[pos], 0, b, &cur)) break;
     for (i = 0; i < nw; i++) {
       uint64_t nb = pos ? act[i] & b[i] : b[i];
       d[i] = pos ? act[i] & ~nb : 0;
@@ -1469,6 +1515,7 @@ KVIDX__PRIV void kvidx__radix_find(const kvidx *ix, const uint64_t *loc, size_t 
  * which verifies every position for it.  Nothing else is skipped. */
 typedef struct {
   const kvidx *ix;
+  kvidx__rctx *rc;
   const uint64_t *loc;
   size_t n, qn;
   uint64_t q[2 * KVIDX_JUMP_MAX + 2]; /* ring: chains of the last positions */
@@ -1486,7 +1533,7 @@ KVIDX__PRIV uint64_t kvidx__pq_chain(kvidx__pq *p, size_t j) {
 }
 
 KVIDX__PRIV int kvidx__pq_probe(kvidx__pq *p, size_t j, uint64_t *bits) {
-  return kvidx__probe(p->ix, KVIDX__CAST(uint32_t, j), 0, p->loc[j], kvidx__pq_chain(p, j), bits, NULL);
+  return kvidx__probe(p->ix, p->rc, KVIDX__CAST(uint32_t, j), 0, p->loc[j], kvidx__pq_chain(p, j), bits, NULL);
 }
 
 /* Every worker of d holds q_0..q_lo and not q_hi; none has holes. */
@@ -1524,12 +1571,14 @@ KVIDX__PRIV void kvidx__pq_drain(kvidx__pq *p, size_t lo, size_t hi, uint64_t *d
   }
 }
 
-KVIDX__PRIV void kvidx__pos_find(const kvidx *ix, const uint64_t *loc, size_t n, kvidx__sink *k) {
+KVIDX__PRIV void kvidx__pos_find(const kvidx *ix, kvidx__rctx *rc, const uint64_t *loc, size_t n,
+                                 kvidx__sink *k) {
   kvidx__pq p;
   uint64_t act[KVIDX__NW_MAX], b[KVIDX__NW_MAX], d[KVIDX__NW_MAX];
   uint32_t nw = ix->nw, i;
   size_t cur = 0, jump = ix->jump;
   p.ix = ix;
+  p.rc = rc;
   p.loc = loc;
   p.n = n;
   p.qn = 0;
@@ -1831,18 +1880,35 @@ KVIDX_DEF int kvidx_remove_worker(kvidx *ix, uint64_t worker_id) {
   return KVIDX_OK;
 }
 
-KVIDX_DEF size_t kvidx_find_matches(const kvidx *ix, const uint64_t *locals, size_t n, kvidx_score *out,
-                                    size_t cap) {
+KVIDX__PRIV size_t kvidx__find(const kvidx *ix, const uint64_t *locals, size_t n, kvidx_score *out, size_t cap,
+                                kvidx__rctx *rc) {
   kvidx__sink k;
+  uint32_t epoch;
   if (!ix || (n && !locals)) return 0;
   k.out = out;
   k.cap = out ? cap : 0;
   k.n = k.total = 0;
   k.heap = 0;
   if (ix->kind == KVIDX_REFERENCE) return kvidx__ref_find(ix, locals, n, &k);
-  if (ix->kind == KVIDX_RADIX) kvidx__radix_find(ix, locals, n, &k);
-  else kvidx__pos_find(ix, locals, n, &k);
-  return kvidx__sink_finish(&k);
+  epoch = kvidx__ld_acq(&KVIDX__MUT(ix)->slot_epoch);
+  if (ix->kind == KVIDX_RADIX) kvidx__radix_find(ix, rc, locals, n, &k);
+  else kvidx__pos_find(ix, rc, locals, n, &k);
+  kvidx__fence_acq();
+  return kvidx__sink_finish(&k, kvidx__ld(&KVIDX__MUT(ix)->slot_epoch) != epoch);
+}
+
+KVIDX_DEF size_t kvidx_find_matches(const kvidx *ix, const uint64_t *locals, size_t n, kvidx_score *out,
+                                    size_t cap) {
+  kvidx__rctx rc = {KVIDX__MAX_TRIES, 0};
+  return kvidx__find(ix, locals, n, out, cap, &rc);
+}
+
+KVIDX_DEF size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *locals, size_t n, kvidx_score *out,
+                                          size_t cap, int *retry) {
+  kvidx__rctx rc = {1, 0};
+  size_t m = kvidx__find(ix, locals, n, out, cap, &rc);
+  if (retry) *retry = rc.gave_up;
+  return m;
 }
 
 KVIDX_DEF size_t kvidx_worker_blocks(const kvidx *ix, uint64_t worker_id, uint32_t dp_rank) {

@@ -1,0 +1,152 @@
+/* Concurrency stress: writer threads (each owning a set of workers) and
+ * reader threads, bounded in time and operations.  Readers check what they
+ * can: workers never modified keep their exact score; no reported worker is
+ * deeper than anything it ever stored; results are sorted and well formed.
+ * Usage: test_threads [seconds] [writers] [readers] */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#define KVIDX_IMPLEMENTATION
+#include "kvidx.h"
+
+#define NSTATIC 8
+#define NQ 64
+#define QLEN 16
+#define MAXDYN 12 /* dynamic workers store runs of at most this many blocks */
+
+static kvidx *ix;
+static uint64_t queries[NQ][QLEN];
+static uint32_t expect[NQ][NSTATIC]; /* exact depth of each static worker */
+static double deadline;
+static int nwriters = 2, nreaders = 2;
+static long max_ops = 2000000;
+static _Atomic long reader_queries, writer_events, failures;
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+static uint64_t rnd(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+static void fail(const char *what, int q) {
+  if (failures++ < 5) fprintf(stderr, "reader: %s (query %d)\n", what, q);
+}
+
+static void *reader(void *arg) {
+  uint64_t s = (uint64_t)(size_t)arg * 7919 + 1;
+  kvidx_score sc[NSTATIC + 64];
+  long n = 0;
+  while (now() < deadline && n < max_ops) {
+    int q = (int)(rnd(&s) % NQ), i, j;
+    size_t m = kvidx_find_matches(ix, queries[q], QLEN, sc, NSTATIC + 64);
+    uint32_t seen[NSTATIC] = {0};
+    if (m > NSTATIC + 64) m = NSTATIC + 64; /* never more workers than that exist */
+    for (i = 0; i < (int)m; i++) {
+      if (sc[i].depth < 1 || sc[i].depth > QLEN) fail("depth out of range", q);
+      if (i && (sc[i - 1].depth < sc[i].depth ||
+                (sc[i - 1].depth == sc[i].depth && sc[i - 1].worker_id >= sc[i].worker_id)))
+        fail("not sorted / duplicate", q);
+      if (sc[i].worker_id < NSTATIC) seen[sc[i].worker_id] = sc[i].depth;
+      else if (sc[i].worker_id < 1000 || sc[i].depth > MAXDYN) fail("dynamic worker too deep or unknown", q);
+    }
+    for (j = 0; j < NSTATIC; j++)
+      if (seen[j] != expect[q][j]) fail("static worker's score changed", q);
+    n++;
+  }
+  reader_queries += n;
+  return NULL;
+}
+
+static void *writer(void *arg) {
+  int t = (int)(size_t)arg;
+  uint64_t s = (uint64_t)t * 104729 + 3, held[8][64];
+  int nheld[8] = {0};
+  long n = 0;
+  while (now() < deadline && n < max_ops) {
+    int j = (int)(rnd(&s) % 8);
+    uint64_t wid = 1000 + (uint64_t)t * 100 + (uint64_t)j;
+    uint32_t r = (uint32_t)(rnd(&s) % 100);
+    if (r < 60) { /* a run along one of the queries (shared entries, shared bitset words) */
+      kvidx_block b[MAXDYN];
+      uint64_t seq[QLEN];
+      int q = (int)(rnd(&s) % NQ), len = 1 + (int)(rnd(&s) % MAXDYN), i;
+      kvidx_seq_hashes(queries[q], QLEN, seq);
+      for (i = 0; i < len; i++) b[i].local = queries[q][i], b[i].seq = seq[i];
+      if (kvidx_store(ix, wid, 0, NULL, b, (size_t)len) == KVIDX_OK)
+        for (i = 0; i < len && nheld[j] < 64; i++) held[j][nheld[j]++] = seq[i];
+    } else if (r < 95 && nheld[j]) { /* holes */
+      int k = (int)(rnd(&s) % (uint64_t)nheld[j]);
+      kvidx_remove(ix, wid, 0, &held[j][k], 1);
+      held[j][k] = held[j][--nheld[j]];
+    } else {
+      kvidx_clear(ix, wid, 0);
+      nheld[j] = 0;
+    }
+    n++;
+  }
+  writer_events += n;
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  double secs = argc > 1 ? atof(argv[1]) : 2.0;
+  int kinds[2] = {KVIDX_RADIX, KVIDX_POSITIONAL}, k, i, q, w;
+  uint64_t s = 42;
+  if (argc > 2) nwriters = atoi(argv[2]);
+  if (argc > 3) nreaders = atoi(argv[3]);
+  for (k = 0; k < 2; k++) {
+    kvidx_config c;
+    kvidx *ref;
+    pthread_t th[64];
+    memset(&c, 0, sizeof c);
+    c.kind = kinds[k];
+    c.jump = 4;
+    if (kvidx_create(&ix, &c) != KVIDX_OK) return 2;
+    c.kind = KVIDX_REFERENCE;
+    if (kvidx_create(&ref, &c) != KVIDX_OK) return 2;
+    for (q = 0; q < NQ; q++) /* tiny alphabet: queries share prefixes and chunks */
+      for (i = 0; i < QLEN; i++) queries[q][i] = 1 + rnd(&s) % 3;
+    for (w = 0; w < NSTATIC; w++) { /* static workers: stored once, never touched */
+      kvidx_block b[QLEN];
+      uint64_t seq[QLEN];
+      int q0 = (int)(rnd(&s) % NQ), len = 2 + (int)(rnd(&s) % (QLEN - 2)), hole = w % 3 == 0;
+      kvidx_seq_hashes(queries[q0], QLEN, seq);
+      for (i = 0; i < len; i++) b[i].local = queries[q0][i], b[i].seq = seq[i];
+      kvidx_store(ix, (uint64_t)w, 0, NULL, b, (size_t)len);
+      kvidx_store(ref, (uint64_t)w, 0, NULL, b, (size_t)len);
+      if (hole) { /* some static workers have holes: jumps must not skip them */
+        kvidx_remove(ix, (uint64_t)w, 0, &seq[len / 2], 1);
+        kvidx_remove(ref, (uint64_t)w, 0, &seq[len / 2], 1);
+      }
+    }
+    for (q = 0; q < NQ; q++) {
+      kvidx_score sc[NSTATIC];
+      size_t m = kvidx_find_matches(ref, queries[q], QLEN, sc, NSTATIC);
+      memset(expect[q], 0, sizeof expect[q]);
+      for (i = 0; i < (int)m; i++) expect[q][sc[i].worker_id] = sc[i].depth;
+    }
+    kvidx_destroy(ref);
+    deadline = now() + secs;
+    for (i = 0; i < nwriters; i++) pthread_create(&th[i], NULL, writer, (void *)(size_t)i);
+    for (i = 0; i < nreaders; i++) pthread_create(&th[nwriters + i], NULL, reader, (void *)(size_t)i);
+    for (i = 0; i < nwriters + nreaders; i++) pthread_join(th[i], NULL);
+    if (kvidx__check(ix)) {
+      fprintf(stderr, "invariant check failed after the run\n");
+      failures++;
+    }
+    printf("%s: %d writers x %d readers, %.1f s: %ld events, %ld queries\n", k ? "positional" : "radix", nwriters,
+           nreaders, secs, (long)writer_events, (long)reader_queries);
+    if (reader_queries == 0 || writer_events == 0) failures++;
+    writer_events = reader_queries = 0;
+    kvidx_destroy(ix);
+  }
+  printf("%d passed, %d failed\n", failures ? 0 : 1, failures ? 1 : 0);
+  return failures ? 1 : 0;
+}
