@@ -236,6 +236,41 @@ def main():
     expect("index totals", (st["blocks"], st["workers"]), (5 + 4, 2), proc, log)
     expect("bad query", cl.ask("MATCH x").split(" ")[0], "ERR", proc, log)
 
+    # Robustness: malformed batches and events of every wrong shape are
+    # counted and dropped; the index and the daemon stay as they were.
+    import random
+    rnd = random.Random(1)
+    bad_events = [["BlockStored"], ["BlockStored", "x", None, [1] * BS, BS],
+                  ["BlockStored", [1], None, [1] * BS, 0],
+                  ["BlockStored", [1, 2], None, [1] * BS, BS],  # too few tokens
+                  ["BlockStored", [1], None, [2 ** 40] * BS, BS],
+                  ["BlockStored", [1], None, [-1] * BS, BS],
+                  ["BlockStored", [1.5], None, [1] * BS, BS],
+                  ["BlockStored", [1], [], [1] * BS, BS],
+                  ["BlockRemoved", "abc"], ["BlockRemoved", [b""]],
+                  {"type": "BlockStored", "block_hashes": [1]},
+                  {"type": 7}, [], 42, None, "AllBlocksCleared?"]
+    before = cl.stats()
+    for i in range(300):
+        r = rnd.random()
+        if r < 0.3:
+            p1.send_raw(bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 64))))
+        elif r < 0.4:
+            p2.sock.send_multipart([b"kv-events", b"\x00" * 3, b"\x90"])  # bad seq
+        elif r < 0.5:
+            p1.send_raw(msgpack.packb(rnd.choice([[1.0], {"events": 3}, [1.0, [], -1],
+                                                  [1.0, [], 2 ** 40], "x"])))
+        else:
+            p1.send_raw(msgpack.packb([time.time(), [rnd.choice(bad_events)], 1],
+                                      use_bin_type=True))
+    wait_for(lambda: cl.ask("PING") == "OK pong" and
+             cl.stats()["malformed"] > before["malformed"] + 100, "garbage", proc, log)
+    time.sleep(0.3)
+    st = cl.stats()
+    expect("garbage changed no holdings", (st["blocks"], st["enoparent"], st["efull"]),
+           (before["blocks"], before["enoparent"], 0), proc, log)
+    expect("still serving after garbage", cl.match(A), "1:1:1", proc, log)
+
     proc.send_signal(signal.SIGTERM)
     try:
         rc = proc.wait(timeout=10)
