@@ -23,7 +23,7 @@ DEB_OPT_PKGS := hyperfine
 
 TEST_PARTS :=
 
-.PHONY: all deps test demo install clean check-core test-core
+.PHONY: all deps test demo install clean stress test-interleave test-threads-tsan test-compile
 
 all: $(BUILD)/test_core
 
@@ -91,9 +91,30 @@ ifneq ($(CLANG),)
 	$(CLANGXX) -std=c++17 -Wall -Wextra -Wpedantic -Werror -I. -x c++ -c tests/compile_impl.c -o $(BUILD)/compile/impl_clangxx.o
 endif
 
-CORE_PARTS := test-core-gcc test-core-gcc-asan test-compile
+# ---- concurrency tests (lock-free readers) ---------------------------------
+$(BUILD)/test_interleave: tests/test_interleave.c kvidx.h | deps
+	$(CC) $(CFLAGS_BASE) -O1 $(SAN) -o $@ tests/test_interleave.c
+test-interleave: $(BUILD)/test_interleave
+	$(BUILD)/test_interleave
+
+$(BUILD)/test_threads_tsan: tests/test_threads.c kvidx.h | deps
+	$(CLANG) -std=c11 $(WARN) -O1 -g -I. -fsanitize=thread -o $@ tests/test_threads.c $(PTHREAD)
+$(BUILD)/test_threads: tests/test_threads.c kvidx.h | deps
+	$(CC) $(CFLAGS_BASE) -o $@ tests/test_threads.c $(PTHREAD)
+# short, under ThreadSanitizer: 2 s per kind, 2 writers x 2 readers
+test-threads-tsan: $(BUILD)/test_threads_tsan
+	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/test_threads_tsan 2 2 2
+STRESS_SECONDS ?= 30
+STRESS_WRITERS ?= 2
+STRESS_READERS ?= 4
+# longer: `make stress STRESS_SECONDS=300 STRESS_WRITERS=4 STRESS_READERS=8`
+stress: $(BUILD)/test_threads $(BUILD)/test_threads_tsan
+	$(BUILD)/test_threads $(STRESS_SECONDS) $(STRESS_WRITERS) $(STRESS_READERS)
+	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/test_threads_tsan $(STRESS_SECONDS) $(STRESS_WRITERS) $(STRESS_READERS)
+
+CORE_PARTS := test-core-gcc test-core-gcc-asan test-compile test-interleave
 ifneq ($(CLANG),)
-CORE_PARTS += test-core-clang test-core-clang-asan
+CORE_PARTS += test-core-clang test-core-clang-asan test-threads-tsan
 endif
 
 test: deps
@@ -108,9 +129,8 @@ $(BUILD)/demo_basic: examples/demo_basic.c kvidx.h | deps
 demo-basic: $(BUILD)/demo_basic
 	$(BUILD)/demo_basic
 
-install:
-	install -d $(DESTDIR)$(PREFIX)/include
-	install -m 644 kvidx.h $(DESTDIR)$(PREFIX)/include/kvidx.h
+# header, pkg-config file and CMake package (kvidx::kvidx): examples/examples.mk
+install: install-all
 
 clean:
 	rm -rf $(BUILD)

@@ -125,7 +125,9 @@ enum {
   KVIDX_EFULL = -3,     /* max_blocks / max_workers / max_entries reached  */
   KVIDX_ENOPARENT = -4, /* Stored with a parent the worker does not hold   */
   KVIDX_ENOENT = -5,    /* Removed named seqs the worker does not hold     */
-  KVIDX_ENOTSUP = -6    /* operation not supported by this kind / mode     */
+  KVIDX_ENOTSUP = -6,   /* operation not supported by this kind / mode     */
+  KVIDX_EAGAIN = -7     /* a reader met a write in progress for too long:
+                           the answer may miss depth; ask again           */
 };
 
 /* Dynamo's hash seed. */
@@ -212,6 +214,11 @@ KVIDX_API int kvidx_remove_worker(kvidx *ix, uint64_t worker_id);
  * Allocates nothing; 0 for a NULL ix. */
 KVIDX_API size_t kvidx_find_matches(const kvidx *ix, const uint64_t *locals,
                                     size_t n, kvidx_score *out, size_t cap);
+/* The same with a status: KVIDX_OK, KVIDX_EINVAL, or KVIDX_EAGAIN when a
+ * probe could not read a consistent entry within its retry bound (a writer
+ * stalled mid-update for about a second); *total = workers matched. */
+KVIDX_API int kvidx_find_matches_ex(const kvidx *ix, const uint64_t *locals, size_t n,
+                                    kvidx_score *out, size_t cap, size_t *total);
 KVIDX_API size_t kvidx_worker_blocks(const kvidx *ix, uint64_t worker_id,
                                      uint32_t dp_rank);
 
@@ -290,6 +297,7 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
  * but every racing access is atomic, so TSan reports no race either way; the
  * fences are what make the seqlock correct on weakly ordered CPUs. */
 #if defined(KVIDX_NO_THREADS)
+#define KVIDX__YIELD() ((void)0)
 #define KVIDX__A(T) T
 #define kvidx__ld(p) (*(p))
 #define kvidx__ld_acq(p) (*(p))
@@ -299,6 +307,8 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
 #define kvidx__fence_rel() ((void)0)
 #elif defined(__cplusplus)
 #include <atomic>
+#include <thread>
+#define KVIDX__YIELD() std::this_thread::yield()
 #define KVIDX__A(T) std::atomic<T>
 #define kvidx__ld(p) std::atomic_load_explicit((p), std::memory_order_relaxed)
 #define kvidx__ld_acq(p) std::atomic_load_explicit((p), std::memory_order_acquire)
@@ -309,6 +319,12 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
 #define kvidx__xchg_acq(p, v) std::atomic_exchange_explicit((p), (v), std::memory_order_acquire)
 #else
 #include <stdatomic.h>
+#if !defined(__STDC_NO_THREADS__)
+#include <threads.h>
+#define KVIDX__YIELD() thrd_yield()
+#else
+#define KVIDX__YIELD() ((void)0)
+#endif
 #define KVIDX__A(T) _Atomic(T)
 #define kvidx__ld(p) atomic_load_explicit((p), memory_order_relaxed)
 #define kvidx__ld_acq(p) atomic_load_explicit((p), memory_order_acquire)
@@ -458,6 +474,8 @@ typedef struct {
 typedef struct {
   KVIDX__A(uint64_t) id;
   KVIDX__A(uint32_t) rank;
+  KVIDX__A(uint32_t) epoch; /* slot_epoch when assigned: readers skip slots
+                               reassigned during their query (6.)         */
   uint32_t used;
   size_t blocks;  /* holdings                                                */
   size_t orphans; /* held blocks whose parent chain the worker does not hold */
@@ -504,7 +522,7 @@ struct kvidx {
   kvidx__slot *slots;
   uint32_t *slot_map; /* open addressing over slot ids (+1), keyed by worker */
   uint32_t slot_map_mask, slot_free, slots_used;
-  KVIDX__A(uint32_t) slot_epoch; /* bumped when a slot is released (6.)   */
+  KVIDX__A(uint32_t) slot_epoch; /* bumped when a slot is assigned (6.)   */
   KVIDX__A(uint64_t) *holed; /* bitset: slots with orphans > 0 */
   size_t blocks;
   kvidx__pool S, E;
@@ -700,8 +718,13 @@ KVIDX__PRIV uint32_t kvidx__slot_alloc(kvidx *ix, uint64_t id, uint32_t rank) {
   if (s == KVIDX__NONE) return KVIDX__NONE;
   sl = &ix->slots[s];
   ix->slot_free = sl->free_next;
-  kvidx__st(&sl->id, id);
+  { /* epoch first: a reader that sees the new id or any new bit sees it */
+    uint32_t ep = kvidx__ld(&ix->slot_epoch) + 1;
+    kvidx__st(&ix->slot_epoch, ep);
+    kvidx__st(&sl->epoch, ep);
+  }
   kvidx__st(&sl->rank, rank);
+  kvidx__st_rel(&sl->id, id);
   sl->used = 1;
   sl->blocks = sl->orphans = 0;
   sl->list = KVIDX__NONE;
@@ -729,7 +752,6 @@ KVIDX__PRIV void kvidx__slot_release(kvidx *ix, uint32_t s) {
     }
   }
   sl->used = 0;
-  kvidx__st_rel(&ix->slot_epoch, kvidx__ld(&ix->slot_epoch) + 1);
   sl->free_next = ix->slot_free;
   ix->slot_free = s;
   ix->slots_used--;
@@ -756,6 +778,7 @@ typedef struct {
   kvidx_score *out;
   size_t cap, n, total;
   int heap;
+  uint32_t epoch; /* slot_epoch when the query started */
 } kvidx__sink;
 
 /* final order: depth desc, worker_id asc, dp_rank asc; a < b = a first */
@@ -807,25 +830,7 @@ KVIDX__PRIV void kvidx__sink_push(kvidx__sink *k, uint64_t id, uint32_t rank, si
   }
 }
 
-KVIDX__PRIV int kvidx__score_cmp_worker(const void *x, const void *y) {
-  const kvidx_score *a = KVIDX__CAST(const kvidx_score *, x), *b = KVIDX__CAST(const kvidx_score *, y);
-  if (a->worker_id != b->worker_id) return a->worker_id < b->worker_id ? -1 : 1;
-  if (a->dp_rank != b->dp_rank) return a->dp_rank < b->dp_rank ? -1 : 1;
-  return a->depth > b->depth ? -1 : a->depth < b->depth;
-}
-
-/* dedup: a worker that left its slot and came back in another during the
- * query could be reported twice; keep its deepest score */
-KVIDX__PRIV size_t kvidx__sink_finish(kvidx__sink *k, int slots_moved) {
-  if (slots_moved && k->n > 1) {
-    size_t i, j = 1;
-    qsort(k->out, k->n, sizeof(kvidx_score), kvidx__score_cmp_worker);
-    for (i = 1; i < k->n; i++)
-      if (k->out[i].worker_id != k->out[j - 1].worker_id || k->out[i].dp_rank != k->out[j - 1].dp_rank)
-        k->out[j++] = k->out[i];
-    k->total -= k->n - j;
-    k->n = j;
-  }
+KVIDX__PRIV size_t kvidx__sink_finish(kvidx__sink *k) {
   if (k->n > 1) qsort(k->out, k->n, sizeof(kvidx_score), kvidx__score_cmp);
   return k->total;
 }
@@ -839,7 +844,14 @@ KVIDX__PRIV void kvidx__emit(const kvidx *ix, kvidx__sink *k, const uint64_t *d,
       uint32_t s = i * 64 + kvidx__ctz64(w);
       w &= w - 1;
       if (s >= ix->max_workers) continue; /* never set; a reader stays in bounds anyway */
-      kvidx__sink_push(k, kvidx__ld(&ix->slots[s].id), kvidx__ld(&ix->slots[s].rank), depth);
+      {
+        const kvidx__slot *sl = &ix->slots[s];
+        uint64_t id = kvidx__ld_acq(&KVIDX__MUT(ix)->slots[s].id);
+        uint32_t rank = kvidx__ld(&sl->rank);
+        /* assigned after the query began: its bits may mix two workers */
+        if (KVIDX__CAST(int32_t, kvidx__ld(&sl->epoch) - k->epoch) > 0) continue;
+        kvidx__sink_push(k, id, rank, depth);
+      }
     }
   }
 }
@@ -1047,7 +1059,7 @@ KVIDX__PRIV size_t kvidx__ref_find(const kvidx *ix, const uint64_t *loc, size_t 
     }
     if (depth) kvidx__sink_push(k, w->id, w->rank, depth);
   }
-  return kvidx__sink_finish(k, 0);
+  return kvidx__sink_finish(k);
 }
 
 /* ========================================================================== */
@@ -1415,8 +1427,18 @@ KVIDX__PRIV void kvidx__ix_clear_slot(kvidx *ix, uint32_t s) {
 /* kvidx__probe: the one reader primitive.  Finds the entry for a key and
  * copies its bitset, as a consistent snapshot, into `bits`; 0 = no entry
  * (bits zeroed).  Lock-free: see the argument in section 6. */
-#define KVIDX__MAX_TRIES 100000
+/* Retries: a writer preempted inside a critical section keeps an entry odd
+ * for a whole time slice, so readers back off (pause, then yield) instead of
+ * giving up early; KVIDX__MAX_TRIES (about a second of yields) bounds it. */
+#define KVIDX__MAX_TRIES (1u << 20)
 #define KVIDX__MAX_STEPS 4096
+
+KVIDX__PRIV void kvidx__backoff(uint32_t tries) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+  if ((tries & 63) == 0) KVIDX__YIELD();
+}
 
 typedef struct {
   uint32_t max_tries; /* KVIDX__MAX_TRIES; 1 in the interleaving test      */
@@ -1436,6 +1458,7 @@ KVIDX__PRIV int kvidx__probe(const kvidx *cix, kvidx__rctx *rc, uint32_t pos, ui
       rc->gave_up = 1;
       break;
     }
+    if (tries) kvidx__backoff(tries);
     tv = kvidx__ld_acq(&ix->tab_ver);
     if (tv & 1) continue; /* the bucket array is being rebuilt */
     t = kvidx__ld_acq(&ix->tab);
@@ -1883,24 +1906,34 @@ KVIDX_DEF int kvidx_remove_worker(kvidx *ix, uint64_t worker_id) {
 KVIDX__PRIV size_t kvidx__find(const kvidx *ix, const uint64_t *locals, size_t n, kvidx_score *out, size_t cap,
                                 kvidx__rctx *rc) {
   kvidx__sink k;
-  uint32_t epoch;
   if (!ix || (n && !locals)) return 0;
   k.out = out;
   k.cap = out ? cap : 0;
   k.n = k.total = 0;
   k.heap = 0;
+  k.epoch = 0;
   if (ix->kind == KVIDX_REFERENCE) return kvidx__ref_find(ix, locals, n, &k);
-  epoch = kvidx__ld_acq(&KVIDX__MUT(ix)->slot_epoch);
+  k.epoch = kvidx__ld_acq(&KVIDX__MUT(ix)->slot_epoch);
   if (ix->kind == KVIDX_RADIX) kvidx__radix_find(ix, rc, locals, n, &k);
   else kvidx__pos_find(ix, rc, locals, n, &k);
-  kvidx__fence_acq();
-  return kvidx__sink_finish(&k, kvidx__ld(&KVIDX__MUT(ix)->slot_epoch) != epoch);
+  return kvidx__sink_finish(&k);
 }
 
 KVIDX_DEF size_t kvidx_find_matches(const kvidx *ix, const uint64_t *locals, size_t n, kvidx_score *out,
                                     size_t cap) {
   kvidx__rctx rc = {KVIDX__MAX_TRIES, 0};
   return kvidx__find(ix, locals, n, out, cap, &rc);
+}
+
+KVIDX_DEF int kvidx_find_matches_ex(const kvidx *ix, const uint64_t *locals, size_t n, kvidx_score *out,
+                                    size_t cap, size_t *total) {
+  kvidx__rctx rc = {KVIDX__MAX_TRIES, 0};
+  size_t m;
+  if (total) *total = 0;
+  if (!ix || (n && !locals) || (cap && !out)) return KVIDX_EINVAL;
+  m = kvidx__find(ix, locals, n, out, cap, &rc);
+  if (total) *total = m;
+  return rc.gave_up ? KVIDX_EAGAIN : KVIDX_OK;
 }
 
 KVIDX_DEF size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *locals, size_t n, kvidx_score *out,
@@ -1947,6 +1980,7 @@ KVIDX_DEF const char *kvidx_strerror(int status) {
   case KVIDX_ENOPARENT: return "parent block not held by this worker; nothing changed";
   case KVIDX_ENOENT: return "some removed blocks were not held (the known ones were removed)";
   case KVIDX_ENOTSUP: return "not supported by this index kind or mode";
+  case KVIDX_EAGAIN: return "a concurrent write stayed in progress too long; the answer may be short, ask again";
   default: return "unknown status";
   }
 }
