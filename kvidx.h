@@ -1280,17 +1280,19 @@ KVIDX__PRIV kvidx__erec *kvidx__erec_get(kvidx *ix, uint32_t s, uint32_t entry) 
   return r;
 }
 
-KVIDX__PRIV void kvidx__erec_maybe_drop(kvidx *ix, uint32_t s, uint32_t entry, kvidx__erec *r) {
-  uint32_t rid = 0;
+KVIDX__PRIV void kvidx__erec_maybe_drop(kvidx *ix, uint32_t rid) {
+  kvidx__erec *r = KVIDX__RCAST(kvidx__erec *, KVIDX__REC(&ix->E, rid));
+  uint32_t entry = KVIDX__CAST(uint32_t, r->h.key);
   if (r->mult || r->children) return;
-  kvidx__pool_find(&ix->E, s, entry, &rid);
   kvidx__pool_del(&ix->E, rid);
   kvidx__ent_at(ix, entry)->refs--;
   kvidx__ent_maybe_free(ix, entry);
 }
 
-/* Worker s takes block (seq) as entry e under parent entry p. */
-KVIDX__PRIV void kvidx__hold(kvidx *ix, uint32_t s, uint64_t seq, uint32_t e, uint32_t p) {
+/* Worker s takes block (seq) as entry e under parent entry p.  *prev is the
+ * record of p when the caller has it (a run's previous block), and returns
+ * the record of e, saving a lookup per block of a run. */
+KVIDX__PRIV void kvidx__hold(kvidx *ix, uint32_t s, uint64_t seq, uint32_t e, uint32_t p, kvidx__erec **prev) {
   kvidx__slot *sl = &ix->slots[s];
   uint32_t rid = kvidx__pool_add(&ix->S, s, seq);
   kvidx__srec *r = KVIDX__RCAST(kvidx__srec *, KVIDX__REC(&ix->S, rid));
@@ -1303,20 +1305,21 @@ KVIDX__PRIV void kvidx__hold(kvidx *ix, uint32_t s, uint64_t seq, uint32_t e, ui
   sl->list = rid;
   sl->blocks++;
   ix->blocks++;
-  if (p != KVIDX__NONE) kvidx__erec_get(ix, s, p)->children++; /* p is held: no orphan */
-  er = kvidx__erec_get(ix, s, e);
+  if (p != KVIDX__NONE) (*prev ? *prev : kvidx__erec_get(ix, s, p))->children++; /* p is held: no orphan */
+  er = kvidx__erec_get(ix, s, e); /* records never move within a call: room was reserved */
   if (er->mult++ == 0) {
     kvidx__ent_setbit(ix, e, s, 1);
     kvidx__orphans_add(ix, s, 0, er->children); /* whole again: unmark after the bit */
   }
+  *prev = er;
 }
 
 /* Worker s lets go of the block of seq record rid. */
 KVIDX__PRIV void kvidx__unhold(kvidx *ix, uint32_t s, uint32_t rid) {
   kvidx__slot *sl = &ix->slots[s];
   kvidx__srec *r = KVIDX__RCAST(kvidx__srec *, KVIDX__REC(&ix->S, rid));
-  uint32_t e = r->entry, p = r->parent;
-  kvidx__erec *er = KVIDX__RCAST(kvidx__erec *, kvidx__pool_find(&ix->E, s, e, NULL));
+  uint32_t e = r->entry, p = r->parent, eid = 0, pid = 0;
+  kvidx__erec *er = KVIDX__RCAST(kvidx__erec *, kvidx__pool_find(&ix->E, s, e, &eid));
   if (r->lprev != KVIDX__NONE) KVIDX__RCAST(kvidx__srec *, KVIDX__REC(&ix->S, r->lprev))->lnext = r->lnext;
   else sl->list = r->lnext;
   if (r->lnext != KVIDX__NONE) KVIDX__RCAST(kvidx__srec *, KVIDX__REC(&ix->S, r->lnext))->lprev = r->lprev;
@@ -1330,14 +1333,14 @@ KVIDX__PRIV void kvidx__unhold(kvidx *ix, uint32_t s, uint32_t rid) {
     kvidx__ent_setbit(ix, e, s, 0);
   }
   if (p != KVIDX__NONE) {
-    kvidx__erec *pr = KVIDX__RCAST(kvidx__erec *, kvidx__pool_find(&ix->E, s, p, NULL));
+    kvidx__erec *pr = KVIDX__RCAST(kvidx__erec *, kvidx__pool_find(&ix->E, s, p, &pid));
     pr->children--;
     if (!pr->mult) kvidx__orphans_add(ix, s, 0, 1); /* it was an orphan itself */
     /* drop e's record before p's: p may be e's radix parent */
-    kvidx__erec_maybe_drop(ix, s, e, er);
-    kvidx__erec_maybe_drop(ix, s, p, pr);
+    kvidx__erec_maybe_drop(ix, eid);
+    kvidx__erec_maybe_drop(ix, pid);
   } else {
-    kvidx__erec_maybe_drop(ix, s, e, er);
+    kvidx__erec_maybe_drop(ix, eid);
   }
 }
 
@@ -1368,6 +1371,7 @@ KVIDX__PRIV void kvidx__unlock(kvidx *ix) {
 KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uint64_t *parent,
                                 const kvidx_block *b, size_t n) {
   uint32_t s = kvidx__slot_find(ix, id, rank), pe = KVIDX__NONE, added = 0;
+  kvidx__erec *prev = NULL; /* the record of pe, once known */
   size_t i;
   int rc;
   if (parent) {
@@ -1389,6 +1393,7 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
         KVIDX__RCAST(const kvidx__srec *, kvidx__pool_find(&ix->S, s, b[i].seq, &rid));
     if (held) { /* idempotent; the run goes on from the held block */
       pe = held->entry;
+      prev = NULL;
       continue;
     }
     if (ix->blocks >= ix->max_blocks || (e = kvidx__ent_get(ix, pe, b[i].local)) == KVIDX__NONE) {
@@ -1397,7 +1402,7 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
       if (!ix->slots[s].blocks) kvidx__slot_release(ix, s);
       return KVIDX_EFULL;
     }
-    kvidx__hold(ix, s, b[i].seq, e, pe);
+    kvidx__hold(ix, s, b[i].seq, e, pe, &prev);
     added++;
     pe = e;
   }
