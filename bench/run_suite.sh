@@ -32,9 +32,11 @@ Made by \`make bench\` (bench/run_suite.sh) on $(date -u '+%Y-%m-%d %H:%M UTC'),
   through the mock engine of bench/kvidx-bench.c; events generated once, in memory,
   before timing; every kind replays the identical op stream, single threaded.
 - block-ops/s = (blocks stored + blocks removed + blocks queried) / replay time (no
-  per-op timers in that pass); events/s from an events-only pass; find_matches
-  latency from a separate pass timing each call (clock_gettime, its ~20-30 ns
-  overhead included). Bytes counted through kvidx_config alloc/free hooks; bytes/block
+  per-op timers in that pass; fastest repetition); events/s from an events-only
+  pass; queries/s and find_matches latency from a separate pass timing each call
+  (clock_gettime; its ~20-30 ns overhead is included in the latencies, subtracted
+  for queries/s). A '*' marks a kind too slow to repeat: all its numbers come from
+  the one timed pass. Bytes counted through kvidx_config alloc/free hooks; bytes/block
   = bytes allocated / blocks held at the end of the replay.
 - Performance numbers are measured, never asserted; checksums (every score of every
   find_matches and every event status) must agree across kinds.
