@@ -523,6 +523,9 @@ struct kvidx {
   uint32_t *slot_map; /* open addressing over slot ids (+1), keyed by worker */
   uint32_t slot_map_mask, slot_free, slots_used;
   KVIDX__A(uint32_t) slot_epoch; /* bumped when a slot is assigned (6.)   */
+  KVIDX__A(uint32_t) nw_live;    /* bitset words that can hold a live slot:
+                                    readers touch only these (slots are
+                                    handed out lowest first)              */
   KVIDX__A(uint64_t) *holed; /* bitset: slots with orphans > 0 */
   size_t blocks;
   kvidx__pool S, E;
@@ -725,6 +728,7 @@ KVIDX__PRIV uint32_t kvidx__slot_alloc(kvidx *ix, uint64_t id, uint32_t rank) {
   }
   kvidx__st(&sl->rank, rank);
   kvidx__st_rel(&sl->id, id);
+  if (s / 64 + 1 > kvidx__ld(&ix->nw_live)) kvidx__st_rel(&ix->nw_live, s / 64 + 1);
   sl->used = 1;
   sl->blocks = sl->orphans = 0;
   sl->list = KVIDX__NONE;
@@ -779,6 +783,7 @@ typedef struct {
   size_t cap, n, total;
   int heap;
   uint32_t epoch; /* slot_epoch when the query started */
+  uint32_t nw;    /* bitset words in play (nw_live when it started) */
 } kvidx__sink;
 
 /* final order: depth desc, worker_id asc, dp_rank asc; a < b = a first */
@@ -838,7 +843,7 @@ KVIDX__PRIV size_t kvidx__sink_finish(kvidx__sink *k) {
 /* Emit every slot of set d with the given depth. */
 KVIDX__PRIV void kvidx__emit(const kvidx *ix, kvidx__sink *k, const uint64_t *d, size_t depth) {
   uint32_t i;
-  for (i = 0; i < ix->nw; i++) {
+  for (i = 0; i < k->nw; i++) {
     uint64_t w = d[i];
     while (w) {
       uint32_t s = i * 64 + kvidx__ctz64(w);
@@ -1209,7 +1214,7 @@ KVIDX__PRIV uint32_t kvidx__ent_lookup_w(const kvidx *ix, uint32_t h, uint32_t p
 
 /* Entry for the child of `parent` (KVIDX__NONE = root) with this local hash:
  * found or created (room was reserved).  KVIDX__NONE if max_entries is hit. */
-KVIDX__PRIV uint32_t kvidx__ent_get(kvidx *ix, uint32_t parent, uint64_t local) {
+KVIDX__PRIV uint32_t kvidx__ent_get(kvidx *ix, uint32_t parent, uint64_t local, int *created) {
   uint32_t pos = 0, h, id;
   uint64_t chain = local;
   kvidx__ent *e;
@@ -1221,6 +1226,7 @@ KVIDX__PRIV uint32_t kvidx__ent_get(kvidx *ix, uint32_t parent, uint64_t local) 
   }
   h = kvidx__key_hash(ix->kind, pos, parent, local);
   id = kvidx__ent_lookup_w(ix, h, pos, parent, local, chain);
+  *created = id == KVIDX__NONE;
   if (id != KVIDX__NONE) return id;
   if (ix->ent_count >= ix->max_entries) return KVIDX__NONE;
   if (ix->ent_free != KVIDX__NONE) {
@@ -1271,8 +1277,9 @@ KVIDX__PRIV void kvidx__ent_maybe_free(kvidx *ix, uint32_t id) {
 }
 
 /* ---- worker <-> entry records: multiplicity, children, orphans ----------- */
-KVIDX__PRIV kvidx__erec *kvidx__erec_get(kvidx *ix, uint32_t s, uint32_t entry) {
-  kvidx__erec *r = KVIDX__RCAST(kvidx__erec *, kvidx__pool_find(&ix->E, s, entry, NULL));
+KVIDX__PRIV kvidx__erec *kvidx__erec_get(kvidx *ix, uint32_t s, uint32_t entry, int fresh) {
+  /* fresh: the entry was just created, no worker can have a record yet */
+  kvidx__erec *r = fresh ? NULL : KVIDX__RCAST(kvidx__erec *, kvidx__pool_find(&ix->E, s, entry, NULL));
   if (!r) {
     r = KVIDX__RCAST(kvidx__erec *, KVIDX__REC(&ix->E, kvidx__pool_add(&ix->E, s, entry)));
     kvidx__ent_at(ix, entry)->refs++;
@@ -1292,7 +1299,8 @@ KVIDX__PRIV void kvidx__erec_maybe_drop(kvidx *ix, uint32_t rid) {
 /* Worker s takes block (seq) as entry e under parent entry p.  *prev is the
  * record of p when the caller has it (a run's previous block), and returns
  * the record of e, saving a lookup per block of a run. */
-KVIDX__PRIV void kvidx__hold(kvidx *ix, uint32_t s, uint64_t seq, uint32_t e, uint32_t p, kvidx__erec **prev) {
+KVIDX__PRIV void kvidx__hold(kvidx *ix, uint32_t s, uint64_t seq, uint32_t e, int fresh, uint32_t p,
+                             kvidx__erec **prev) {
   kvidx__slot *sl = &ix->slots[s];
   uint32_t rid = kvidx__pool_add(&ix->S, s, seq);
   kvidx__srec *r = KVIDX__RCAST(kvidx__srec *, KVIDX__REC(&ix->S, rid));
@@ -1305,8 +1313,8 @@ KVIDX__PRIV void kvidx__hold(kvidx *ix, uint32_t s, uint64_t seq, uint32_t e, ui
   sl->list = rid;
   sl->blocks++;
   ix->blocks++;
-  if (p != KVIDX__NONE) (*prev ? *prev : kvidx__erec_get(ix, s, p))->children++; /* p is held: no orphan */
-  er = kvidx__erec_get(ix, s, e); /* records never move within a call: room was reserved */
+  if (p != KVIDX__NONE) (*prev ? *prev : kvidx__erec_get(ix, s, p, 0))->children++; /* p is held: no orphan */
+  er = kvidx__erec_get(ix, s, e, fresh); /* records never move within a call: room was reserved */
   if (er->mult++ == 0) {
     kvidx__ent_setbit(ix, e, s, 1);
     kvidx__orphans_add(ix, s, 0, er->children); /* whole again: unmark after the bit */
@@ -1389,6 +1397,7 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
   if (s == KVIDX__NONE && (s = kvidx__slot_alloc(ix, id, rank)) == KVIDX__NONE) return KVIDX_EFULL;
   for (i = 0; i < n; i++) {
     uint32_t rid, e;
+    int fresh = 0;
     const kvidx__srec *held =
         KVIDX__RCAST(const kvidx__srec *, kvidx__pool_find(&ix->S, s, b[i].seq, &rid));
     if (held) { /* idempotent; the run goes on from the held block */
@@ -1396,13 +1405,13 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
       prev = NULL;
       continue;
     }
-    if (ix->blocks >= ix->max_blocks || (e = kvidx__ent_get(ix, pe, b[i].local)) == KVIDX__NONE) {
+    if (ix->blocks >= ix->max_blocks || (e = kvidx__ent_get(ix, pe, b[i].local, &fresh)) == KVIDX__NONE) {
       /* roll back: this call's records are the newest of the worker's list */
       while (added--) kvidx__unhold(ix, s, ix->slots[s].list);
       if (!ix->slots[s].blocks) kvidx__slot_release(ix, s);
       return KVIDX_EFULL;
     }
-    kvidx__hold(ix, s, b[i].seq, e, pe, &prev);
+    kvidx__hold(ix, s, b[i].seq, e, fresh, pe, &prev);
     added++;
     pe = e;
   }
@@ -1448,12 +1457,13 @@ KVIDX__PRIV void kvidx__backoff(uint32_t tries) {
 typedef struct {
   uint32_t max_tries; /* KVIDX__MAX_TRIES; 1 in the interleaving test      */
   int gave_up;        /* a probe found no consistent snapshot              */
+  uint32_t nw;        /* bitset words in play for this query               */
 } kvidx__rctx;
 
 KVIDX__PRIV int kvidx__probe(const kvidx *cix, kvidx__rctx *rc, uint32_t pos, uint32_t parent, uint64_t local,
                              uint64_t chain, uint64_t *bits, uint32_t *id_out) {
   kvidx *ix = KVIDX__MUT(cix); /* atomics are loaded, never stored */
-  uint32_t h = kvidx__key_hash(ix->kind, pos, parent, local), tries, i, nw = ix->nw;
+  uint32_t h = kvidx__key_hash(ix->kind, pos, parent, local), tries, i, nw = rc->nw;
   int radix = ix->kind == KVIDX_RADIX;
   for (tries = 0;; tries++) {
     uint32_t tv, b, id, steps = 0;
@@ -1507,7 +1517,7 @@ KVIDX__PRIV int kvidx__probe(const kvidx *cix, kvidx__rctx *rc, uint32_t pos, ui
 KVIDX__PRIV void kvidx__radix_find(const kvidx *ix, kvidx__rctx *rc, const uint64_t *loc, size_t n,
                                    kvidx__sink *k) {
   uint64_t act[KVIDX__NW_MAX], b[KVIDX__NW_MAX], d[KVIDX__NW_MAX];
-  uint32_t nw = ix->nw, cur = KVIDX__NONE, i;
+  uint32_t nw = rc->nw, cur = KVIDX__NONE, i;
   size_t pos;
   for (pos = 0; pos < n; pos++) {
     int any = 0;
@@ -1567,7 +1577,7 @@ KVIDX__PRIV int kvidx__pq_probe(kvidx__pq *p, size_t j, uint64_t *bits) {
 /* Every worker of d holds q_0..q_lo and not q_hi; none has holes. */
 KVIDX__PRIV void kvidx__pq_drain(kvidx__pq *p, size_t lo, size_t hi, uint64_t *d) {
   uint64_t b[KVIDX__NW_MAX], in[KVIDX__NW_MAX];
-  uint32_t nw = p->ix->nw, i;
+  uint32_t nw = p->rc->nw, i;
   memset(in, 0, sizeof(uint64_t) * nw); /* quiets -Wmaybe-uninitialized at -O2 */
   if (hi - lo <= 4) { /* short range: a linear scan is cheaper */
     size_t j;
@@ -1603,7 +1613,7 @@ KVIDX__PRIV void kvidx__pos_find(const kvidx *ix, kvidx__rctx *rc, const uint64_
                                  kvidx__sink *k) {
   kvidx__pq p;
   uint64_t act[KVIDX__NW_MAX], b[KVIDX__NW_MAX], d[KVIDX__NW_MAX];
-  uint32_t nw = ix->nw, i;
+  uint32_t nw = rc->nw, i;
   size_t cur = 0, jump = ix->jump;
   p.ix = ix;
   p.rc = rc;
@@ -1917,8 +1927,11 @@ KVIDX__PRIV size_t kvidx__find(const kvidx *ix, const uint64_t *locals, size_t n
   k.n = k.total = 0;
   k.heap = 0;
   k.epoch = 0;
+  k.nw = 0;
   if (ix->kind == KVIDX_REFERENCE) return kvidx__ref_find(ix, locals, n, &k);
   k.epoch = kvidx__ld_acq(&KVIDX__MUT(ix)->slot_epoch);
+  k.nw = rc->nw = kvidx__ld_acq(&KVIDX__MUT(ix)->nw_live);
+  if (!k.nw) return 0; /* no worker was ever assigned a slot */
   if (ix->kind == KVIDX_RADIX) kvidx__radix_find(ix, rc, locals, n, &k);
   else kvidx__pos_find(ix, rc, locals, n, &k);
   return kvidx__sink_finish(&k);
@@ -1926,13 +1939,13 @@ KVIDX__PRIV size_t kvidx__find(const kvidx *ix, const uint64_t *locals, size_t n
 
 KVIDX_DEF size_t kvidx_find_matches(const kvidx *ix, const uint64_t *locals, size_t n, kvidx_score *out,
                                     size_t cap) {
-  kvidx__rctx rc = {KVIDX__MAX_TRIES, 0};
+  kvidx__rctx rc = {KVIDX__MAX_TRIES, 0, 0};
   return kvidx__find(ix, locals, n, out, cap, &rc);
 }
 
 KVIDX_DEF int kvidx_find_matches_ex(const kvidx *ix, const uint64_t *locals, size_t n, kvidx_score *out,
                                     size_t cap, size_t *total) {
-  kvidx__rctx rc = {KVIDX__MAX_TRIES, 0};
+  kvidx__rctx rc = {KVIDX__MAX_TRIES, 0, 0};
   size_t m;
   if (total) *total = 0;
   if (!ix || (n && !locals) || (cap && !out)) return KVIDX_EINVAL;
@@ -1943,7 +1956,7 @@ KVIDX_DEF int kvidx_find_matches_ex(const kvidx *ix, const uint64_t *locals, siz
 
 KVIDX_DEF size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *locals, size_t n, kvidx_score *out,
                                           size_t cap, int *retry) {
-  kvidx__rctx rc = {1, 0};
+  kvidx__rctx rc = {1, 0, 0};
   size_t m = kvidx__find(ix, locals, n, out, cap, &rc);
   if (retry) *retry = rc.gave_up;
   return m;

@@ -358,6 +358,7 @@ typedef struct {
   int nkinds;
   size_t ref_max_ops;
   uint32_t jump;
+  int slots; /* cfg.max_workers: -1 = the fleet size, 0 = library default */
   double min_time;
   int writers, readers;
   double conc_time;
@@ -678,7 +679,10 @@ static kvidx *make_index(const bench_t *B, int kind, memctr_t *mc) {
   kvidx_config cfg;
   memset(&cfg, 0, sizeof cfg);
   cfg.kind = kind;
-  cfg.max_workers = B->K > 1024 ? B->K : 0;
+  /* bitset width: by default the fleet size (a router knows its fleet);
+   * --slots 0 for the library's 1,024-slot default */
+  cfg.max_workers = B->o->slots < 0 ? B->K : (uint32_t)B->o->slots;
+  if (B->o->slots == 0 && B->K > 1024) cfg.max_workers = B->K;
   cfg.jump = B->o->jump;
   if (mc) {
     memset(mc, 0, sizeof *mc);
@@ -1736,6 +1740,7 @@ static void usage(void) {
       "  --no-reference      skip the reference model\n"
       "  --ref-max-ops N     replay only the first N ops into reference (0 = all)\n"
       "  --jump N            positional jump size (library default)\n"
+      "  --slots N           cfg.max_workers (default: the fleet size; 0 = library default 1024)\n"
       "  --min-time S        seconds of repetitions per kind and measure (1)\n"
       "  --writers N --readers M  concurrency mode (threads)\n"
       "  --conc-kind K       kind for the concurrency mode (positional)\n"
@@ -1768,6 +1773,7 @@ int main(int argc, char **argv) {
   opts_t o;
   memset(&o, 0, sizeof o);
   o.trace = DEFAULT_TRACE;
+  o.slots = -1;
   o.W = 16, o.C = 2048, o.F = 1, o.D = 1, o.R = 1;
   o.collide_pool = 64, o.block_tokens = 32, o.seed = 1, o.balance = 1.0, o.time_scale = 1.0;
   o.min_time = 1.0, o.conc_time = 1.0, o.conc_kind = KVIDX_POSITIONAL, o.sweep_step = 0.25;
@@ -1808,6 +1814,7 @@ int main(int argc, char **argv) {
     } else if (IS("--no-reference")) no_ref = 1;
     else if (IS("--ref-max-ops")) o.ref_max_ops = (size_t)num_arg(argc, argv, &i);
     else if (IS("--jump")) o.jump = (uint32_t)num_arg(argc, argv, &i);
+    else if (IS("--slots")) o.slots = (int)num_arg(argc, argv, &i);
     else if (IS("--min-time")) o.min_time = num_arg(argc, argv, &i);
     else if (IS("--writers")) o.writers = (int)num_arg(argc, argv, &i);
     else if (IS("--readers")) o.readers = (int)num_arg(argc, argv, &i);
