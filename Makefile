@@ -121,7 +121,7 @@ test: deps
 	@sh tests/run_parts.sh $(CORE_PARTS) $(TEST_PARTS)
 
 # ---- demo / install ----------------------------------------------------------
-DEMO_TARGET ?= demo-basic
+DEMO_TARGET ?= demo-bench
 demo: deps $(DEMO_TARGET)
 
 $(BUILD)/demo_basic: examples/demo_basic.c kvidx.h | deps

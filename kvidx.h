@@ -181,7 +181,7 @@ typedef struct {
                            heap mode, KVIDX_BUFFER_DEFAULT_BLOCKS in buffer  */
   size_t max_entries;   /* most index entries; 0 = unlimited (heap) or
                            max_blocks (buffer mode)                          */
-  uint32_t jump;        /* positional jump size, 1..KVIDX_JUMP_MAX; 0 = 8    */
+  uint32_t jump;        /* positional jump size, 1..KVIDX_JUMP_MAX; 0 = 16   */
   uint32_t flags;       /* reserved, must be 0                               */
   kvidx_alloc_fn alloc; /* NULL = KVIDX_MALLOC                               */
   kvidx_free_fn free;   /* NULL = KVIDX_FREE (must be set iff alloc is)      */
@@ -274,7 +274,7 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
 
 #define KVIDX__NW_MAX ((KVIDX_WORKERS_MAX + 63) / 64)
 #define KVIDX__DEFAULT_WORKERS 1024u
-#define KVIDX__DEFAULT_JUMP 8u
+#define KVIDX__DEFAULT_JUMP 16u /* measured: bench/results/jump.md */
 #define KVIDX__NONE 0xFFFFFFFFu   /* "no id": root parent, end of list      */
 #define KVIDX__ID_LIMIT 0x7FFFFFF0u /* ids and pool sizes stay below this    */
 
