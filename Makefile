@@ -112,9 +112,19 @@ stress: $(BUILD)/test_threads $(BUILD)/test_threads_tsan
 	$(BUILD)/test_threads $(STRESS_SECONDS) $(STRESS_WRITERS) $(STRESS_READERS)
 	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/test_threads_tsan $(STRESS_SECONDS) $(STRESS_WRITERS) $(STRESS_READERS)
 
-CORE_PARTS := test-core-gcc test-core-gcc-asan test-compile test-interleave
+# ---- production events: ids, tiers, eviction, TTL, snapshots ---------------
+$(BUILD)/test_events_asan: tests/test_events.c tests/test_impl.c $(TEST_HDRS) | deps
+	$(CC) $(CFLAGS_BASE) -O1 $(SAN) -o $@ tests/test_events.c tests/test_impl.c
+$(BUILD)/test_events_clang: tests/test_events.c tests/test_impl.c $(TEST_HDRS) | deps
+	$(CLANG) $(CFLAGS_BASE) -o $@ tests/test_events.c tests/test_impl.c
+test-events-gcc-asan: $(BUILD)/test_events_asan
+	$(BUILD)/test_events_asan
+test-events-clang: $(BUILD)/test_events_clang
+	$(BUILD)/test_events_clang
+
+CORE_PARTS := test-core-gcc test-core-gcc-asan test-compile test-interleave test-events-gcc-asan
 ifneq ($(CLANG),)
-CORE_PARTS += test-core-clang test-core-clang-asan test-threads-tsan
+CORE_PARTS += test-core-clang test-core-clang-asan test-threads-tsan test-events-clang
 endif
 
 test: deps

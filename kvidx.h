@@ -126,8 +126,17 @@ enum {
   KVIDX_ENOPARENT = -4, /* Stored with a parent the worker does not hold   */
   KVIDX_ENOENT = -5,    /* Removed named seqs the worker does not hold     */
   KVIDX_ENOTSUP = -6,   /* operation not supported by this kind / mode     */
-  KVIDX_EAGAIN = -7     /* a reader met a write in progress for too long:
+  KVIDX_EAGAIN = -7,    /* a reader met a write in progress for too long:
                            the answer may miss depth; ask again           */
+  KVIDX_ECORRUPT = -8,  /* snapshot: bad magic, record or checksum         */
+  KVIDX_EVERSION = -9,  /* snapshot: format version this build cannot read */
+  KVIDX_ETRUNCATED = -10, /* snapshot: input ended early                   */
+  KVIDX_EIO = -11,      /* a caller callback reported an error             */
+  /* kvidx_apply's informational results (the event was handled): */
+  KVIDX_GAP = 1,        /* applied; event ids were skipped: ask for replay */
+  KVIDX_RESTARTED = 2,  /* id went backwards: the worker's old blocks were
+                           dropped (engine restart), then it was applied  */
+  KVIDX_DUPLICATE = 3   /* id already seen: ignored                        */
 };
 
 /* Dynamo's hash seed. */
@@ -168,6 +177,21 @@ typedef struct {
   uint32_t depth;
 } kvidx_score;
 
+/* Storage tiers of a block (vLLM's "medium"); see kvidx_tier_from_name. */
+enum { KVIDX_TIER_DEVICE = 0, KVIDX_TIER_HOST = 1, KVIDX_TIER_DISK = 2, KVIDX_TIER_ALL = 255 };
+
+/* Eviction policies for a bounded index (cfg.evict; needs cfg.max_blocks). */
+enum {
+  KVIDX_EVICT_NONE = 0,  /* a store past max_blocks fails with KVIDX_EFULL     */
+  KVIDX_EVICT_LRS = 1,   /* prune least recently stored blocks first (within
+                            one store, its last blocks first: children before
+                            parents) down to evict_target_pct of max_blocks   */
+  KVIDX_EVICT_EXPIRY = 2 /* approximate (TTL) mode: blocks carry an expiry;
+                            kvidx_expire drops them; pruning takes the earliest
+                            expiry first (no expiry = last; among equals the
+                            newest first, so children go before parents)     */
+};
+
 /* Allocation hooks: all memory goes through them (or KVIDX_MALLOC/FREE). */
 typedef void *(*kvidx_alloc_fn)(void *ctx, size_t size);
 typedef void (*kvidx_free_fn)(void *ctx, void *ptr, size_t size);
@@ -183,6 +207,8 @@ typedef struct {
                            max_blocks (buffer mode)                          */
   uint32_t jump;        /* positional jump size, 1..KVIDX_JUMP_MAX; 0 = 16   */
   uint32_t flags;       /* reserved, must be 0                               */
+  int evict;            /* KVIDX_EVICT_*; 0 = none                           */
+  uint32_t evict_target_pct; /* prune down to this % of max_blocks; 0 = 80  */
   kvidx_alloc_fn alloc; /* NULL = KVIDX_MALLOC                               */
   kvidx_free_fn free;   /* NULL = KVIDX_FREE (must be set iff alloc is)      */
   void *alloc_ctx;
@@ -230,6 +256,80 @@ typedef struct {
   size_t peak_bytes;  /* most bytes allocated at once                      */
 } kvidx_stats;
 KVIDX_API int kvidx_get_stats(const kvidx *ix, kvidx_stats *out);
+
+/* ---- production event handling ------------------------------------------
+ * One call applies one engine event and tracks event ids per worker:
+ *   first event of a worker: any id;  id == last + 1: applied, KVIDX_OK;
+ *   id > last + 1: applied, KVIDX_GAP (ask the engine for a replay);
+ *   id == last: ignored, KVIDX_DUPLICATE;
+ *   id < last: the engine restarted: its old blocks are dropped, the event is
+ *   applied, KVIDX_RESTARTED (the drop stands even if the event then fails).
+ * A failing event (negative status) changes nothing else and does not
+ * advance the worker's id.  Cleared drops only that (worker, dp_rank). */
+enum { KVIDX_EV_STORED = 1, KVIDX_EV_REMOVED = 2, KVIDX_EV_CLEARED = 3 };
+typedef struct {
+  uint64_t event_id;
+  uint64_t worker_id;
+  uint32_t dp_rank;
+  int type;                  /* KVIDX_EV_*                                   */
+  int tier;                  /* KVIDX_TIER_*: Stored adds the block on this
+                                tier; Removed drops only this tier's copy
+                                (KVIDX_TIER_ALL: every copy)                  */
+  const uint64_t *parent;    /* Stored: parent seq, NULL = root              */
+  const kvidx_block *blocks; /* Stored                                       */
+  const uint64_t *seqs;      /* Removed                                      */
+  size_t n;                  /* blocks or seqs                               */
+  uint64_t expires_at;       /* Stored, KVIDX_EVICT_EXPIRY: 0 = never        */
+} kvidx_event;
+KVIDX_API int kvidx_apply(kvidx *ix, const kvidx_event *ev);
+/* Last event id seen for a worker: KVIDX_OK, or KVIDX_ENOENT if none. */
+KVIDX_API int kvidx_last_event_id(const kvidx *ix, uint64_t worker_id, uint32_t dp_rank, uint64_t *out);
+/* "GPU"/"cuda"/"device"/"gpu" -> DEVICE, "CPU"/"cpu"/"host"/"cpu_pinned" ->
+ * HOST, "DISK"/"disk"/"ssd"/"nvme"/"LOCAL_DISK" -> DISK; NULL, empty or
+ * unknown names -> DEVICE (what engines that send no medium mean). */
+KVIDX_API int kvidx_tier_from_name(const char *medium);
+
+/* Approximate mode (cfg.evict = KVIDX_EVICT_EXPIRY): the router records its
+ * own routing decisions with an expiry it chooses; the library never reads
+ * a clock.  Re-storing a held block extends its expiry (never shortens it).
+ * kvidx_expire drops every block with expires_at <= now. */
+KVIDX_API int kvidx_store_ttl(kvidx *ix, uint64_t worker_id, uint32_t dp_rank, const uint64_t *parent_seq,
+                              const kvidx_block *b, size_t n, uint64_t expires_at);
+KVIDX_API int kvidx_expire(kvidx *ix, uint64_t now, size_t *removed);
+
+/* Per worker: depth matched on any tier, and how many of those blocks are on
+ * the device tier (for cost models that weigh device hits above host hits).
+ * Walks every matched position (no jumps).  Same order and return value as
+ * kvidx_find_matches. */
+typedef struct {
+  uint64_t worker_id;
+  uint32_t dp_rank;
+  uint32_t depth;
+  uint32_t device_blocks;
+  uint32_t reserved_;
+} kvidx_tier_score;
+KVIDX_API size_t kvidx_find_matches_tiered(const kvidx *ix, const uint64_t *locals, size_t n,
+                                           kvidx_tier_score *out, size_t cap);
+
+/* ---- snapshots --------------------------------------------------------------
+ * kvidx_dump: per worker, a sequence of single-block Stored events, parents
+ * first (one per tier a block is on), then Removed events for stand-in
+ * ancestors it had to invent where the worker has a hole, that rebuild the
+ * same holdings in a fresh index of any kind.  emit returns 0 to go on; any
+ * other value stops the dump with KVIDX_EIO.  Allocates scratch through the
+ * hooks (KVIDX_ENOTSUP in caller-buffer mode and for KVIDX_REFERENCE).
+ * kvidx_snapshot_write / _read: the same content as a binary stream
+ * (versioned header, little endian, XXH3 checksum) plus each worker's last
+ * event id, through caller callbacks.  read needs an empty target index; on
+ * any error (KVIDX_ECORRUPT, KVIDX_EVERSION, KVIDX_ETRUNCATED, KVIDX_EIO, or
+ * the target refusing a block) the target is left empty and valid.
+ * Eviction recency restarts from load order; expiries are kept. */
+typedef int (*kvidx_event_fn)(void *ctx, const kvidx_event *ev);
+typedef int (*kvidx_write_fn)(void *ctx, const void *buf, size_t len); /* 0 = ok */
+typedef size_t (*kvidx_read_fn)(void *ctx, void *buf, size_t len);    /* bytes read */
+KVIDX_API int kvidx_dump(const kvidx *ix, kvidx_event_fn emit, void *ctx);
+KVIDX_API int kvidx_snapshot_write(const kvidx *ix, kvidx_write_fn write, void *ctx);
+KVIDX_API int kvidx_snapshot_read(kvidx *ix, kvidx_read_fn read, void *ctx);
 
 KVIDX_API const char *kvidx_strerror(int status);
 KVIDX_API const char *kvidx_version(void); /* "0.1.0" */
@@ -455,13 +555,24 @@ typedef struct { /* (slot, seq) -> the block a worker holds              */
   uint32_t entry;  /* index entry of the block                          */
   uint32_t parent; /* entry of its parent block, KVIDX__NONE = root     */
   uint32_t lnext, lprev; /* the worker's list of records (for Cleared)  */
+  uint32_t tiers;  /* bit per KVIDX_TIER_* the worker holds it on       */
+  uint32_t hpos;   /* position in the eviction heap                     */
+  uint64_t k1, k2; /* eviction order (min first); present only when
+                      cfg.evict is set: the pool's record size says so  */
 } kvidx__srec;
+#define KVIDX__SREC_SMALL (offsetof(kvidx__srec, k1))
 
 typedef struct { /* (slot, entry) -> how the worker relates to the entry   */
   kvidx__rh h;
   uint32_t mult;     /* seqs of this worker whose block is this entry      */
   uint32_t children; /* this worker's blocks whose parent is this entry    */
+  uint32_t devmult;  /* of mult, those on the device tier                  */
 } kvidx__erec;
+
+typedef struct { /* per-worker event id tracking (kvidx_apply)            */
+  uint64_t id, last;
+  uint32_t rank, used;
+} kvidx__evid;
 
 typedef struct {
   unsigned char *recs;
@@ -495,7 +606,7 @@ typedef struct {
   KVIDX__A(uint64_t) chain;
   KVIDX__A(uint32_t) parent; /* parent entry, KVIDX__NONE = root          */
   uint32_t refs;             /* writer-only: worker records naming it     */
-  uint32_t kids;             /* writer-only, radix: live child entries    */
+  uint32_t kids;             /* writer-only: live child entries           */
   uint32_t fnext;            /* writer-only: free list link               */
 } kvidx__ent;
 
@@ -536,6 +647,15 @@ struct kvidx {
   uint32_t cap0, shift0, ent_cap, ent_hw, ent_count, ent_free;
   KVIDX__A(int) wlock;
   kvidx__ref *ref;
+  /* eviction (cfg.evict) */
+  int evict;
+  size_t evict_target;
+  uint64_t stamp, seqno;
+  uint32_t *heap; /* srec ids, min-heap on (k1, k2) */
+  uint32_t heap_n, heap_cap;
+  /* event ids */
+  kvidx__evid *evtab;
+  uint32_t evtab_mask, evtab_n;
 };
 
 KVIDX__PRIV void *kvidx__raw_alloc(kvidx_alloc_fn fn, void *ctx, size_t n) {
@@ -778,13 +898,16 @@ KVIDX__PRIV void kvidx__orphans_add(kvidx *ix, uint32_t s, size_t add, size_t su
 }
 
 /* ---- results: keep the best `cap` scores without allocating ------------- */
+/* The sink fills kvidx_score or kvidx_tier_score arrays (esz says which);
+ * both start with the same three fields, which is all the ordering reads. */
 typedef struct {
-  kvidx_score *out;
-  size_t cap, n, total;
+  unsigned char *out;
+  size_t esz, cap, n, total;
   int heap;
   uint32_t epoch; /* slot_epoch when the query started */
   uint32_t nw;    /* bitset words in play (nw_live when it started) */
 } kvidx__sink;
+#define KVIDX__SC(k, i) (KVIDX__RCAST(kvidx_score *, (k)->out + (i) * (k)->esz))
 
 /* final order: depth desc, worker_id asc, dp_rank asc; a < b = a first */
 KVIDX__PRIV int kvidx__score_before(const kvidx_score *a, const kvidx_score *b) {
@@ -798,50 +921,66 @@ KVIDX__PRIV int kvidx__score_cmp(const void *x, const void *y) {
   return kvidx__score_before(a, b) ? -1 : kvidx__score_before(b, a) ? 1 : 0;
 }
 
+KVIDX__PRIV void kvidx__sink_swap(kvidx__sink *k, size_t i, size_t j) {
+  kvidx_tier_score t;
+  memcpy(&t, KVIDX__SC(k, i), k->esz);
+  memcpy(KVIDX__SC(k, i), KVIDX__SC(k, j), k->esz);
+  memcpy(KVIDX__SC(k, j), &t, k->esz);
+}
+
 /* max-heap on "worst first": the root is the score that sorts last */
-KVIDX__PRIV void kvidx__sift(kvidx_score *h, size_t n, size_t i) {
+KVIDX__PRIV void kvidx__sift(kvidx__sink *k, size_t i) {
   for (;;) {
     size_t l = 2 * i + 1, r = l + 1, w = i;
-    kvidx_score t;
-    if (l < n && kvidx__score_before(&h[w], &h[l])) w = l;
-    if (r < n && kvidx__score_before(&h[w], &h[r])) w = r;
+    if (l < k->n && kvidx__score_before(KVIDX__SC(k, w), KVIDX__SC(k, l))) w = l;
+    if (r < k->n && kvidx__score_before(KVIDX__SC(k, w), KVIDX__SC(k, r))) w = r;
     if (w == i) return;
-    t = h[i];
-    h[i] = h[w];
-    h[w] = t;
+    kvidx__sink_swap(k, i, w);
     i = w;
   }
 }
 
-KVIDX__PRIV void kvidx__sink_push(kvidx__sink *k, uint64_t id, uint32_t rank, size_t depth) {
-  kvidx_score sc;
+KVIDX__PRIV void kvidx__sink_push(kvidx__sink *k, uint64_t id, uint32_t rank, size_t depth, uint32_t dev) {
+  kvidx_tier_score sc;
   k->total++;
   if (!k->cap) return;
+  memset(&sc, 0, sizeof sc);
   sc.worker_id = id;
   sc.dp_rank = rank;
   sc.depth = depth > 0xFFFFFFFFu ? 0xFFFFFFFFu : KVIDX__CAST(uint32_t, depth);
+  sc.device_blocks = dev;
   if (k->n < k->cap) {
-    k->out[k->n++] = sc;
+    memcpy(KVIDX__SC(k, k->n), &sc, k->esz);
+    k->n++;
     return;
   }
   if (!k->heap) {
     size_t i = k->n / 2;
-    while (i--) kvidx__sift(k->out, k->n, i);
+    while (i--) kvidx__sift(k, i);
     k->heap = 1;
   }
-  if (kvidx__score_before(&sc, &k->out[0])) {
-    k->out[0] = sc;
-    kvidx__sift(k->out, k->n, 0);
+  if (kvidx__score_before(KVIDX__RCAST(kvidx_score *, &sc), KVIDX__SC(k, 0))) {
+    memcpy(KVIDX__SC(k, 0), &sc, k->esz);
+    kvidx__sift(k, 0);
   }
 }
 
 KVIDX__PRIV size_t kvidx__sink_finish(kvidx__sink *k) {
-  if (k->n > 1) qsort(k->out, k->n, sizeof(kvidx_score), kvidx__score_cmp);
+  if (k->n > 1) qsort(k->out, k->n, k->esz, kvidx__score_cmp);
   return k->total;
 }
 
-/* Emit every slot of set d with the given depth. */
-KVIDX__PRIV void kvidx__emit(const kvidx *ix, kvidx__sink *k, const uint64_t *d, size_t depth) {
+KVIDX__PRIV void kvidx__sink_init(kvidx__sink *k, void *out, size_t esz, size_t cap) {
+  memset(k, 0, sizeof *k);
+  k->out = KVIDX__CAST(unsigned char *, out);
+  k->esz = esz;
+  k->cap = out ? cap : 0;
+}
+
+/* Emit every slot of set d with the given depth (cnt: device blocks per
+ * slot, tiered queries only). */
+KVIDX__PRIV void kvidx__emit_cnt(const kvidx *ix, kvidx__sink *k, const uint64_t *d, size_t depth,
+                                 const uint32_t *cnt) {
   uint32_t i;
   for (i = 0; i < k->nw; i++) {
     uint64_t w = d[i];
@@ -855,9 +994,22 @@ KVIDX__PRIV void kvidx__emit(const kvidx *ix, kvidx__sink *k, const uint64_t *d,
         uint32_t rank = kvidx__ld(&sl->rank);
         /* assigned after the query began: its bits may mix two workers */
         if (KVIDX__CAST(int32_t, kvidx__ld(&sl->epoch) - k->epoch) > 0) continue;
-        kvidx__sink_push(k, id, rank, depth);
+        kvidx__sink_push(k, id, rank, depth, cnt ? cnt[s] : 0);
       }
     }
+  }
+}
+#define kvidx__emit(ix, k, d, depth) kvidx__emit_cnt(ix, k, d, depth, NULL)
+
+/* Eviction keys of a new holding (the reference model computes the same). */
+KVIDX__PRIV void kvidx__keys(int evict, uint64_t stamp, uint64_t *seqno, size_t i, uint64_t expires, uint64_t *k1,
+                             uint64_t *k2) {
+  if (evict == KVIDX_EVICT_LRS) { /* oldest store first; in a store, last block first */
+    *k1 = stamp;
+    *k2 = ~KVIDX__CAST(uint64_t, i);
+  } else { /* expiry: earliest first; no expiry last; ties: newest (deepest) first */
+    *k1 = expires ? expires : ~KVIDX__CAST(uint64_t, 0);
+    *k2 = ~(*seqno)++;
   }
 }
 
@@ -869,7 +1021,9 @@ KVIDX__PRIV void kvidx__emit(const kvidx *ix, kvidx__sink *k, const uint64_t *d,
  * maps with tombstones, find_matches in O(workers x depth).  Heap mode only.
  * Shares nothing with the indexes but the allocation hooks and the sink. */
 typedef struct {
-  uint64_t key, a, b;
+  uint64_t key, a, b; /* blocks: a = local, b = chain; chains: a = count, b = on device */
+  uint64_t k1, k2;    /* blocks: eviction keys                                       */
+  uint32_t tiers;     /* blocks: tier bits                                           */
   unsigned char state; /* 0 empty, 1 full, 2 deleted */
 } kvidx__rslot;
 
@@ -929,7 +1083,8 @@ KVIDX__PRIV kvidx__rslot *kvidx__rmap_put(kvidx__rmap *m, uint64_t key) { /* res
   if (m->t[i].state == 0) m->used++;
   m->t[i].state = 1;
   m->t[i].key = key;
-  m->t[i].a = m->t[i].b = 0;
+  m->t[i].a = m->t[i].b = m->t[i].k1 = m->t[i].k2 = 0;
+  m->t[i].tiers = 0;
   m->len++;
   return &m->t[i];
 }
@@ -959,12 +1114,41 @@ KVIDX__PRIV void kvidx__ref_forget_if_empty(kvidx *ix, kvidx__rworker *w) {
   ix->ref->nworkers--;
 }
 
+KVIDX__PRIV void kvidx__ref_drop_block(kvidx *ix, kvidx__rworker *w, kvidx__rslot *blk) {
+  kvidx__rslot *c = kvidx__rmap_get(&w->chains, blk->b);
+  if (blk->tiers & (1u << KVIDX_TIER_DEVICE)) c->b--;
+  if (--c->a == 0) kvidx__rmap_del(&w->chains, c);
+  kvidx__rmap_del(&w->blocks, blk);
+  ix->ref->blocks--;
+}
+
+/* Eviction, obviously: scan every block for the smallest (k1, k2). */
+KVIDX__PRIV void kvidx__ref_prune(kvidx *ix, size_t limit, const kvidx__rworker *pw, const uint64_t *pseq) {
+  while (ix->ref->blocks > limit) {
+    kvidx__rworker *bw = NULL;
+    kvidx__rslot *best = NULL;
+    size_t i, j;
+    for (i = 0; i < ix->max_workers; i++) {
+      kvidx__rworker *w = &ix->ref->w[i];
+      if (!w->live) continue;
+      for (j = 0; j < w->blocks.cap; j++) {
+        kvidx__rslot *bl = &w->blocks.t[j];
+        if (bl->state != 1 || (w == pw && pseq && bl->key == *pseq)) continue;
+        if (!best || bl->k1 < best->k1 || (bl->k1 == best->k1 && bl->k2 < best->k2)) best = bl, bw = w;
+      }
+    }
+    if (!best) return;
+    kvidx__ref_drop_block(ix, bw, best);
+    kvidx__ref_forget_if_empty(ix, bw);
+  }
+}
+
 KVIDX__PRIV int kvidx__ref_store(kvidx *ix, uint64_t id, uint32_t rank, const uint64_t *parent,
-                                 const kvidx_block *b, size_t n) {
+                                 const kvidx_block *b, size_t n, int tier, uint64_t expires) {
   kvidx__rworker *w = kvidx__ref_worker(ix, id, rank), tmp;
   int have_parent = 0, rc;
-  uint64_t pchain = 0;
-  size_t i, j, fresh = 0;
+  uint64_t pchain = 0, stamp = ++ix->stamp;
+  size_t i, j, fresh = 0, lim = ix->max_blocks < n ? 0 : ix->max_blocks - n;
   if (parent) {
     kvidx__rslot *p = w ? kvidx__rmap_get(&w->blocks, *parent) : NULL;
     if (!p) return KVIDX_ENOPARENT;
@@ -972,10 +1156,14 @@ KVIDX__PRIV int kvidx__ref_store(kvidx *ix, uint64_t id, uint32_t rank, const ui
     pchain = p->b;
   }
   if (n == 0) return KVIDX_OK;
-  /* how many seqs are new (first occurrence in the run, not yet held) */
-  if (ix->ref->blocks + n <= ix->max_blocks) {
-    fresh = n; /* an upper bound is enough when it fits */
-  } else {
+  if (ix->evict) { /* make room by policy (never the parent), then the store fits */
+    if (ix->ref->blocks > lim) {
+      if (n + (parent != NULL) > ix->max_blocks) return KVIDX_EFULL;
+      kvidx__ref_prune(ix, ix->evict_target < lim ? ix->evict_target : lim, w, parent);
+      w = kvidx__ref_worker(ix, id, rank);
+    }
+  } else if (ix->ref->blocks + n > ix->max_blocks) {
+    /* how many seqs are new (first occurrence in the run, not yet held) */
     for (i = 0; i < n; i++) {
       int seen = w && kvidx__rmap_get(&w->blocks, b[i].seq);
       for (j = 0; j < i && !seen; j++) seen = b[j].seq == b[i].seq;
@@ -1007,7 +1195,12 @@ KVIDX__PRIV int kvidx__ref_store(kvidx *ix, uint64_t id, uint32_t rank, const ui
   for (i = 0; i < n; i++) {
     kvidx__rslot *held = kvidx__rmap_get(&w->blocks, b[i].seq), *c;
     uint64_t chain;
-    if (held) { /* already held: stays as it is; the run continues from it */
+    if (held) { /* already held: stays, but gains the tier and a later expiry; the run continues from it */
+      if (!(held->tiers & (1u << tier))) {
+        held->tiers |= 1u << tier;
+        if (tier == KVIDX_TIER_DEVICE) kvidx__rmap_get(&w->chains, held->b)->b++;
+      }
+      if (ix->evict == KVIDX_EVICT_EXPIRY && expires && expires > held->k1) held->k1 = expires;
       pchain = held->b;
       have_parent = 1;
       continue;
@@ -1016,9 +1209,12 @@ KVIDX__PRIV int kvidx__ref_store(kvidx *ix, uint64_t id, uint32_t rank, const ui
     held = kvidx__rmap_put(&w->blocks, b[i].seq);
     held->a = b[i].local;
     held->b = chain;
+    held->tiers = 1u << tier;
+    if (ix->evict) kvidx__keys(ix->evict, stamp, &ix->seqno, i, expires, &held->k1, &held->k2);
     c = kvidx__rmap_get(&w->chains, chain);
     if (!c) c = kvidx__rmap_put(&w->chains, chain);
     c->a++;
+    if (tier == KVIDX_TIER_DEVICE) c->b++;
     ix->ref->blocks++;
     pchain = chain;
     have_parent = 1;
@@ -1026,23 +1222,37 @@ KVIDX__PRIV int kvidx__ref_store(kvidx *ix, uint64_t id, uint32_t rank, const ui
   return KVIDX_OK;
 }
 
-KVIDX__PRIV void kvidx__ref_drop_block(kvidx *ix, kvidx__rworker *w, kvidx__rslot *blk) {
-  kvidx__rslot *c = kvidx__rmap_get(&w->chains, blk->b);
-  if (--c->a == 0) kvidx__rmap_del(&w->chains, c);
-  kvidx__rmap_del(&w->blocks, blk);
-  ix->ref->blocks--;
-}
-
-KVIDX__PRIV int kvidx__ref_remove(kvidx *ix, uint64_t id, uint32_t rank, const uint64_t *seq, size_t n) {
+KVIDX__PRIV int kvidx__ref_remove(kvidx *ix, uint64_t id, uint32_t rank, const uint64_t *seq, size_t n, int tier) {
   kvidx__rworker *w = kvidx__ref_worker(ix, id, rank);
   size_t i, unknown = 0;
   for (i = 0; i < n; i++) {
     kvidx__rslot *blk = w ? kvidx__rmap_get(&w->blocks, seq[i]) : NULL;
-    if (blk) kvidx__ref_drop_block(ix, w, blk);
-    else unknown++;
+    if (!blk || (tier != KVIDX_TIER_ALL && !(blk->tiers & (1u << tier)))) {
+      unknown++;
+    } else if (tier == KVIDX_TIER_ALL || blk->tiers == (1u << tier)) {
+      kvidx__ref_drop_block(ix, w, blk);
+    } else { /* another tier's copy stays */
+      blk->tiers &= ~(1u << tier);
+      if (tier == KVIDX_TIER_DEVICE) kvidx__rmap_get(&w->chains, blk->b)->b--;
+    }
   }
   if (w) kvidx__ref_forget_if_empty(ix, w);
   return unknown ? KVIDX_ENOENT : KVIDX_OK;
+}
+
+KVIDX__PRIV size_t kvidx__ref_expire(kvidx *ix, uint64_t now) {
+  size_t i, j, n = 0;
+  for (i = 0; i < ix->max_workers; i++) {
+    kvidx__rworker *w = &ix->ref->w[i];
+    if (!w->live) continue;
+    for (j = 0; j < w->blocks.cap; j++)
+      if (w->blocks.t[j].state == 1 && w->blocks.t[j].k1 <= now) {
+        kvidx__ref_drop_block(ix, w, &w->blocks.t[j]);
+        n++;
+      }
+    kvidx__ref_forget_if_empty(ix, w);
+  }
+  return n;
 }
 
 KVIDX__PRIV void kvidx__ref_clear_worker(kvidx *ix, kvidx__rworker *w) {
@@ -1057,12 +1267,15 @@ KVIDX__PRIV size_t kvidx__ref_find(const kvidx *ix, const uint64_t *loc, size_t 
     const kvidx__rworker *w = &ix->ref->w[i];
     size_t depth = 0;
     uint64_t q = n ? loc[0] : 0;
+    uint32_t dev = 0;
+    const kvidx__rslot *c;
     if (!w->live) continue;
-    while (depth < n && kvidx__rmap_get(&w->chains, q)) {
+    while (depth < n && (c = kvidx__rmap_get(&w->chains, q)) != NULL) {
+      dev += c->b != 0;
       depth++;
       if (depth < n) q = kvidx_seq_hash_next(q, loc[depth]);
     }
-    if (depth) kvidx__sink_push(k, w->id, w->rank, depth);
+    if (depth) kvidx__sink_push(k, w->id, w->rank, depth, dev);
   }
   return kvidx__sink_finish(k);
 }
@@ -1119,6 +1332,10 @@ KVIDX__PRIV kvidx__ent *kvidx__ent_at(const kvidx *ix, uint32_t id) {
 
 KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__ent_bits(kvidx__ent *e) {
   return KVIDX__RCAST(KVIDX__A(uint64_t) *, KVIDX__RCAST(unsigned char *, e) + sizeof(kvidx__ent));
+}
+/* the second bitset: workers holding the entry on the device tier */
+KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__ent_dev(const kvidx *ix, kvidx__ent *e) {
+  return kvidx__ent_bits(e) + ix->nw;
 }
 
 KVIDX__PRIV uint32_t kvidx__key_hash(int kind, uint32_t pos, uint32_t parent, uint64_t local) {
@@ -1185,9 +1402,9 @@ KVIDX__PRIV void kvidx__ent_wbegin(kvidx__ent *e) {
 }
 KVIDX__PRIV void kvidx__ent_wend(kvidx__ent *e) { kvidx__st_rel(&e->ver, kvidx__ld(&e->ver) + 1); }
 
-KVIDX__PRIV void kvidx__ent_setbit(kvidx *ix, uint32_t id, uint32_t s, int on) {
+KVIDX__PRIV void kvidx__ent_setbit(kvidx *ix, uint32_t id, uint32_t s, int on, int dev) {
   kvidx__ent *e = kvidx__ent_at(ix, id);
-  KVIDX__A(uint64_t) *w = &kvidx__ent_bits(e)[s >> 6];
+  KVIDX__A(uint64_t) *w = &(dev ? kvidx__ent_dev(ix, e) : kvidx__ent_bits(e))[s >> 6];
   uint64_t bit = KVIDX__CAST(uint64_t, 1) << (s & 63), v = kvidx__ld(w);
   kvidx__ent_wbegin(e);
   KVIDX_TEST_HOOK(ix, 1);
@@ -1249,12 +1466,14 @@ KVIDX__PRIV uint32_t kvidx__ent_get(kvidx *ix, uint32_t parent, uint64_t local, 
   kvidx__ent_wend(e); /* bits are already zero: cleared before free */
   kvidx__st_rel(&KVIDX__HEADS(t)[h & t->mask], id + 1);
   KVIDX_TEST_HOOK(ix, 4); /* published, no worker yet */
-  if (ix->kind == KVIDX_RADIX && parent != KVIDX__NONE) kvidx__ent_at(ix, parent)->kids++;
+  if (parent != KVIDX__NONE) kvidx__ent_at(ix, parent)->kids++; /* ancestors live on (dumps need them) */
   ix->ent_count++;
   return id;
 }
 
-/* Free entries nobody references; radix: then maybe the parent, upwards. */
+/* Free entries nobody references, then maybe the parent, upwards.  Both
+ * kinds keep an entry while it has live children: the radix tree is keyed by
+ * parent, and kvidx_dump rebuilds holes from a block's ancestors. */
 KVIDX__PRIV void kvidx__ent_maybe_free(kvidx *ix, uint32_t id) {
   while (id != KVIDX__NONE) {
     kvidx__ent *e = kvidx__ent_at(ix, id);
@@ -1270,7 +1489,7 @@ KVIDX__PRIV void kvidx__ent_maybe_free(kvidx *ix, uint32_t id) {
     e->fnext = ix->ent_free;
     ix->ent_free = id;
     ix->ent_count--;
-    if (ix->kind != KVIDX_RADIX || parent == KVIDX__NONE) return;
+    if (parent == KVIDX__NONE) return;
     kvidx__ent_at(ix, parent)->kids--;
     id = parent;
   }
@@ -1296,41 +1515,105 @@ KVIDX__PRIV void kvidx__erec_maybe_drop(kvidx *ix, uint32_t rid) {
   kvidx__ent_maybe_free(ix, entry);
 }
 
-/* Worker s takes block (seq) as entry e under parent entry p.  *prev is the
- * record of p when the caller has it (a run's previous block), and returns
- * the record of e, saving a lookup per block of a run. */
+/* ---- eviction heap: srec ids, min-heap on (k1, k2) ------------------------ */
+#define KVIDX__SREC(ix, id) (KVIDX__RCAST(kvidx__srec *, KVIDX__REC(&(ix)->S, id)))
+
+KVIDX__PRIV int kvidx__heap_less(const kvidx *ix, uint32_t a, uint32_t b) {
+  const kvidx__srec *x = KVIDX__SREC(ix, a), *y = KVIDX__SREC(ix, b);
+  return x->k1 != y->k1 ? x->k1 < y->k1 : x->k2 < y->k2;
+}
+KVIDX__PRIV void kvidx__heap_set(kvidx *ix, uint32_t i, uint32_t rid) {
+  ix->heap[i] = rid;
+  KVIDX__SREC(ix, rid)->hpos = i;
+}
+KVIDX__PRIV void kvidx__heap_up(kvidx *ix, uint32_t i) {
+  uint32_t rid = ix->heap[i];
+  while (i && kvidx__heap_less(ix, rid, ix->heap[(i - 1) / 2])) {
+    kvidx__heap_set(ix, i, ix->heap[(i - 1) / 2]);
+    i = (i - 1) / 2;
+  }
+  kvidx__heap_set(ix, i, rid);
+}
+KVIDX__PRIV void kvidx__heap_down(kvidx *ix, uint32_t i) {
+  uint32_t rid = ix->heap[i];
+  for (;;) {
+    uint32_t c = 2 * i + 1;
+    if (c >= ix->heap_n) break;
+    if (c + 1 < ix->heap_n && kvidx__heap_less(ix, ix->heap[c + 1], ix->heap[c])) c++;
+    if (!kvidx__heap_less(ix, ix->heap[c], rid)) break;
+    kvidx__heap_set(ix, i, ix->heap[c]);
+    i = c;
+  }
+  kvidx__heap_set(ix, i, rid);
+}
+KVIDX__PRIV void kvidx__heap_fix(kvidx *ix, uint32_t rid) {
+  uint32_t i = KVIDX__SREC(ix, rid)->hpos;
+  kvidx__heap_up(ix, i);
+  kvidx__heap_down(ix, KVIDX__SREC(ix, rid)->hpos);
+}
+KVIDX__PRIV void kvidx__heap_del(kvidx *ix, uint32_t rid) {
+  uint32_t i = KVIDX__SREC(ix, rid)->hpos, last = ix->heap[--ix->heap_n];
+  if (last == rid) return;
+  kvidx__heap_set(ix, i, last);
+  kvidx__heap_fix(ix, last);
+}
+
+/* Device-tier multiplicity: the entry's device bit follows devmult > 0. */
+KVIDX__PRIV void kvidx__dev_add(kvidx *ix, uint32_t s, uint32_t e, kvidx__erec *er, int up) {
+  if (up) {
+    if (er->devmult++ == 0) kvidx__ent_setbit(ix, e, s, 1, 1);
+  } else if (--er->devmult == 0) {
+    kvidx__ent_setbit(ix, e, s, 0, 1);
+  }
+}
+
+/* Worker s takes block (seq) as entry e under parent entry p, on one tier,
+ * with eviction keys k1/k2.  *prev is the record of p when the caller has it
+ * (a run's previous block), and returns the record of e, saving a lookup per
+ * block of a run. */
 KVIDX__PRIV void kvidx__hold(kvidx *ix, uint32_t s, uint64_t seq, uint32_t e, int fresh, uint32_t p,
-                             kvidx__erec **prev) {
+                             kvidx__erec **prev, int tier, uint64_t k1, uint64_t k2) {
   kvidx__slot *sl = &ix->slots[s];
   uint32_t rid = kvidx__pool_add(&ix->S, s, seq);
-  kvidx__srec *r = KVIDX__RCAST(kvidx__srec *, KVIDX__REC(&ix->S, rid));
+  kvidx__srec *r = KVIDX__SREC(ix, rid);
   kvidx__erec *er;
   r->entry = e;
   r->parent = p;
+  r->tiers = 1u << tier;
   r->lprev = KVIDX__NONE;
   r->lnext = sl->list;
-  if (sl->list != KVIDX__NONE) KVIDX__RCAST(kvidx__srec *, KVIDX__REC(&ix->S, sl->list))->lprev = rid;
+  if (sl->list != KVIDX__NONE) KVIDX__SREC(ix, sl->list)->lprev = rid;
   sl->list = rid;
   sl->blocks++;
   ix->blocks++;
+  if (ix->evict) {
+    r->k1 = k1;
+    r->k2 = k2;
+    ix->heap[ix->heap_n] = rid;
+    r->hpos = ix->heap_n++;
+    kvidx__heap_up(ix, r->hpos);
+  }
   if (p != KVIDX__NONE) (*prev ? *prev : kvidx__erec_get(ix, s, p, 0))->children++; /* p is held: no orphan */
   er = kvidx__erec_get(ix, s, e, fresh); /* records never move within a call: room was reserved */
   if (er->mult++ == 0) {
-    kvidx__ent_setbit(ix, e, s, 1);
+    kvidx__ent_setbit(ix, e, s, 1, 0);
     kvidx__orphans_add(ix, s, 0, er->children); /* whole again: unmark after the bit */
   }
+  if (tier == KVIDX_TIER_DEVICE) kvidx__dev_add(ix, s, e, er, 1);
   *prev = er;
 }
 
-/* Worker s lets go of the block of seq record rid. */
+/* Worker s lets go of the block of seq record rid (every tier). */
 KVIDX__PRIV void kvidx__unhold(kvidx *ix, uint32_t s, uint32_t rid) {
   kvidx__slot *sl = &ix->slots[s];
-  kvidx__srec *r = KVIDX__RCAST(kvidx__srec *, KVIDX__REC(&ix->S, rid));
+  kvidx__srec *r = KVIDX__SREC(ix, rid);
   uint32_t e = r->entry, p = r->parent, eid = 0, pid = 0;
   kvidx__erec *er = KVIDX__RCAST(kvidx__erec *, kvidx__pool_find(&ix->E, s, e, &eid));
-  if (r->lprev != KVIDX__NONE) KVIDX__RCAST(kvidx__srec *, KVIDX__REC(&ix->S, r->lprev))->lnext = r->lnext;
+  if (r->tiers & (1u << KVIDX_TIER_DEVICE)) kvidx__dev_add(ix, s, e, er, 0);
+  if (ix->evict) kvidx__heap_del(ix, rid);
+  if (r->lprev != KVIDX__NONE) KVIDX__SREC(ix, r->lprev)->lnext = r->lnext;
   else sl->list = r->lnext;
-  if (r->lnext != KVIDX__NONE) KVIDX__RCAST(kvidx__srec *, KVIDX__REC(&ix->S, r->lnext))->lprev = r->lprev;
+  if (r->lnext != KVIDX__NONE) KVIDX__SREC(ix, r->lnext)->lprev = r->lprev;
   kvidx__pool_del(&ix->S, rid);
   sl->blocks--;
   ix->blocks--;
@@ -1338,7 +1621,7 @@ KVIDX__PRIV void kvidx__unhold(kvidx *ix, uint32_t s, uint32_t rid) {
     /* a hole under its children: mark the worker holed before the bit goes,
      * so a concurrent jump search never skips over the hole */
     kvidx__orphans_add(ix, s, er->children, 0);
-    kvidx__ent_setbit(ix, e, s, 0);
+    kvidx__ent_setbit(ix, e, s, 0, 0);
   }
   if (p != KVIDX__NONE) {
     kvidx__erec *pr = KVIDX__RCAST(kvidx__erec *, kvidx__pool_find(&ix->E, s, p, &pid));
@@ -1350,6 +1633,29 @@ KVIDX__PRIV void kvidx__unhold(kvidx *ix, uint32_t s, uint32_t rid) {
   } else {
     kvidx__erec_maybe_drop(ix, eid);
   }
+}
+
+/* A held block gains a tier. */
+KVIDX__PRIV void kvidx__add_tier(kvidx *ix, uint32_t s, kvidx__srec *r, int tier) {
+  if (r->tiers & (1u << tier)) return;
+  r->tiers |= 1u << tier;
+  if (tier == KVIDX_TIER_DEVICE)
+    kvidx__dev_add(ix, s, r->entry, KVIDX__RCAST(kvidx__erec *, kvidx__pool_find(&ix->E, s, r->entry, NULL)), 1);
+}
+
+/* A held block loses one tier's copy (or all); 0 if it had no such copy. */
+KVIDX__PRIV int kvidx__drop_tier(kvidx *ix, uint32_t s, uint32_t rid, int tier) {
+  kvidx__srec *r = KVIDX__SREC(ix, rid);
+  if (tier == KVIDX_TIER_ALL || r->tiers == (1u << tier)) {
+    if (tier != KVIDX_TIER_ALL && !(r->tiers & (1u << tier))) return 0;
+    kvidx__unhold(ix, s, rid);
+    return 1;
+  }
+  if (!(r->tiers & (1u << tier))) return 0;
+  r->tiers &= ~(1u << tier);
+  if (tier == KVIDX_TIER_DEVICE)
+    kvidx__dev_add(ix, s, r->entry, KVIDX__RCAST(kvidx__erec *, kvidx__pool_find(&ix->E, s, r->entry, NULL)), 0);
+  return 1;
 }
 
 /* ---- writer lock: events for different workers may come from different
@@ -1376,58 +1682,143 @@ KVIDX__PRIV void kvidx__unlock(kvidx *ix) {
 }
 
 /* ---- events --------------------------------------------------------------- */
+/* Prune the eviction order's first holdings until at most `limit` remain,
+ * never the protected record (a store's parent). */
+KVIDX__PRIV void kvidx__prune(kvidx *ix, size_t limit, uint32_t protect) {
+  uint64_t pk1 = 0, pk2 = 0;
+  if (protect != KVIDX__NONE) { /* park it at the end of the order */
+    kvidx__srec *r = KVIDX__SREC(ix, protect);
+    pk1 = r->k1;
+    pk2 = r->k2;
+    r->k1 = r->k2 = ~KVIDX__CAST(uint64_t, 0);
+    kvidx__heap_fix(ix, protect);
+  }
+  while (ix->blocks > limit && ix->heap_n) {
+    uint32_t rid = ix->heap[0], s = KVIDX__SREC(ix, rid)->h.slot;
+    if (rid == protect) break;
+    kvidx__unhold(ix, s, rid);
+    if (!ix->slots[s].blocks) kvidx__slot_release(ix, s);
+  }
+  if (protect != KVIDX__NONE) {
+    kvidx__srec *r = KVIDX__SREC(ix, protect);
+    r->k1 = pk1;
+    r->k2 = pk2;
+    kvidx__heap_fix(ix, protect);
+  }
+}
+
+KVIDX__PRIV int kvidx__heap_reserve(kvidx *ix, size_t need) {
+  uint32_t *h;
+  size_t ncap;
+  if (!ix->evict || need <= ix->heap_cap) return KVIDX_OK;
+  if (ix->buffer_mode) return KVIDX_EFULL;
+  ncap = ix->heap_cap ? ix->heap_cap : 16;
+  while (ncap < need) ncap *= 2;
+  h = KVIDX__CAST(uint32_t *, kvidx__alloc(ix, ncap * sizeof(uint32_t)));
+  if (!h) return KVIDX_ENOMEM;
+  if (ix->heap) {
+    memcpy(h, ix->heap, ix->heap_n * sizeof(uint32_t));
+    kvidx__free(ix, ix->heap, ix->heap_cap * sizeof(uint32_t));
+  }
+  ix->heap = h;
+  ix->heap_cap = KVIDX__CAST(uint32_t, ncap);
+  return KVIDX_OK;
+}
+
 KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uint64_t *parent,
-                                const kvidx_block *b, size_t n) {
-  uint32_t s = kvidx__slot_find(ix, id, rank), pe = KVIDX__NONE, added = 0;
+                                const kvidx_block *b, size_t n, int tier, uint64_t expires) {
+  uint32_t s = kvidx__slot_find(ix, id, rank), pe = KVIDX__NONE, prid = KVIDX__NONE, added = 0;
   kvidx__erec *prev = NULL; /* the record of pe, once known */
-  size_t i;
+  uint64_t stamp = ++ix->stamp;
+  size_t i, lim = ix->max_blocks < n ? 0 : ix->max_blocks - n;
   int rc;
   if (parent) {
     const kvidx__srec *pr =
-        s == KVIDX__NONE ? NULL : KVIDX__RCAST(const kvidx__srec *, kvidx__pool_find(&ix->S, s, *parent, NULL));
+        s == KVIDX__NONE ? NULL : KVIDX__RCAST(const kvidx__srec *, kvidx__pool_find(&ix->S, s, *parent, &prid));
     if (!pr) return KVIDX_ENOPARENT;
     pe = pr->entry;
   }
   if (n == 0) return KVIDX_OK;
   if (n > KVIDX__ID_LIMIT) return KVIDX_EFULL;
+  if (ix->evict && ix->blocks > lim && n + (parent != NULL) > ix->max_blocks) return KVIDX_EFULL;
   /* reserve first: after this, only the semantic limits can refuse */
   if ((rc = kvidx__pool_reserve(ix, &ix->S, n, ix->max_blocks)) != KVIDX_OK ||
-      (rc = kvidx__pool_reserve(ix, &ix->E, 2 * n, 2 * ix->max_blocks)) != KVIDX_OK || (rc = kvidx__ent_reserve(ix, n)) != KVIDX_OK)
+      (rc = kvidx__pool_reserve(ix, &ix->E, 2 * n, 2 * ix->max_blocks)) != KVIDX_OK ||
+      (rc = kvidx__ent_reserve(ix, n)) != KVIDX_OK ||
+      (rc = kvidx__heap_reserve(ix, ix->S.count + n < ix->max_blocks ? ix->S.count + n : ix->max_blocks)) != KVIDX_OK)
     return rc;
+  if (ix->evict && ix->blocks > lim) { /* make room: the store then fits */
+    kvidx__prune(ix, ix->evict_target < lim ? ix->evict_target : lim, prid);
+    s = kvidx__slot_find(ix, id, rank); /* the worker may have been emptied */
+  }
+  if (!ix->evict && ix->blocks + n > ix->max_blocks) { /* near the limit: count exactly, as the reference does */
+    size_t fresh = 0, j;
+    for (i = 0; i < n; i++) {
+      int seen = s != KVIDX__NONE && kvidx__pool_find(&ix->S, s, b[i].seq, NULL);
+      for (j = 0; j < i && !seen; j++) seen = b[j].seq == b[i].seq;
+      fresh += !seen;
+    }
+    if (ix->blocks + fresh > ix->max_blocks) return KVIDX_EFULL;
+  }
   if (s == KVIDX__NONE && (s = kvidx__slot_alloc(ix, id, rank)) == KVIDX__NONE) return KVIDX_EFULL;
-  for (i = 0; i < n; i++) {
-    uint32_t rid, e;
-    int fresh = 0;
-    const kvidx__srec *held =
-        KVIDX__RCAST(const kvidx__srec *, kvidx__pool_find(&ix->S, s, b[i].seq, &rid));
-    if (held) { /* idempotent; the run goes on from the held block */
-      pe = held->entry;
-      prev = NULL;
-      continue;
+  {
+    int saw_held = 0;
+    for (i = 0; i < n; i++) { /* pass 1: new blocks only; held ones are left as they are */
+      uint32_t e;
+      int fresh = 0;
+      uint64_t k1 = 0, k2 = 0;
+      const kvidx__srec *held = KVIDX__RCAST(const kvidx__srec *, kvidx__pool_find(&ix->S, s, b[i].seq, NULL));
+      if (held) { /* the run goes on from the held block */
+        pe = held->entry;
+        prev = NULL;
+        saw_held = 1;
+        continue;
+      }
+      if ((e = kvidx__ent_get(ix, pe, b[i].local, &fresh)) == KVIDX__NONE) {
+        /* max_entries: roll back; this call's records are the newest of the list */
+        while (added--) kvidx__unhold(ix, s, ix->slots[s].list);
+        if (!ix->slots[s].blocks) kvidx__slot_release(ix, s);
+        return KVIDX_EFULL;
+      }
+      if (ix->evict) kvidx__keys(ix->evict, stamp, &ix->seqno, i, expires, &k1, &k2);
+      kvidx__hold(ix, s, b[i].seq, e, fresh, pe, &prev, tier, k1, k2);
+      added++;
+      pe = e;
     }
-    if (ix->blocks >= ix->max_blocks || (e = kvidx__ent_get(ix, pe, b[i].local, &fresh)) == KVIDX__NONE) {
-      /* roll back: this call's records are the newest of the worker's list */
-      while (added--) kvidx__unhold(ix, s, ix->slots[s].list);
-      if (!ix->slots[s].blocks) kvidx__slot_release(ix, s);
-      return KVIDX_EFULL;
+    for (i = 0; saw_held && i < n; i++) { /* pass 2, once nothing can fail: a held block */
+      uint32_t rid;                     /* gains the tier and a later expiry */
+      kvidx__srec *r = KVIDX__RCAST(kvidx__srec *, kvidx__pool_find(&ix->S, s, b[i].seq, &rid));
+      kvidx__add_tier(ix, s, r, tier);
+      if (ix->evict == KVIDX_EVICT_EXPIRY && expires && expires > r->k1) {
+        r->k1 = expires;
+        kvidx__heap_fix(ix, rid);
+      }
     }
-    kvidx__hold(ix, s, b[i].seq, e, fresh, pe, &prev);
-    added++;
-    pe = e;
   }
   return KVIDX_OK;
 }
 
-KVIDX__PRIV int kvidx__ix_remove(kvidx *ix, uint64_t id, uint32_t rank, const uint64_t *seq, size_t n) {
+KVIDX__PRIV int kvidx__ix_remove(kvidx *ix, uint64_t id, uint32_t rank, const uint64_t *seq, size_t n, int tier) {
   uint32_t s = kvidx__slot_find(ix, id, rank);
   size_t i, unknown = 0;
   for (i = 0; i < n; i++) {
     uint32_t rid;
-    if (s != KVIDX__NONE && kvidx__pool_find(&ix->S, s, seq[i], &rid)) kvidx__unhold(ix, s, rid);
-    else unknown++;
+    if (s != KVIDX__NONE && kvidx__pool_find(&ix->S, s, seq[i], &rid) && kvidx__drop_tier(ix, s, rid, tier)) continue;
+    unknown++;
   }
   if (s != KVIDX__NONE && !ix->slots[s].blocks) kvidx__slot_release(ix, s);
   return unknown ? KVIDX_ENOENT : KVIDX_OK;
+}
+
+KVIDX__PRIV size_t kvidx__ix_expire(kvidx *ix, uint64_t now) {
+  size_t n = 0;
+  while (ix->heap_n && KVIDX__SREC(ix, ix->heap[0])->k1 <= now) {
+    uint32_t rid = ix->heap[0], s = KVIDX__SREC(ix, rid)->h.slot;
+    kvidx__unhold(ix, s, rid);
+    if (!ix->slots[s].blocks) kvidx__slot_release(ix, s);
+    n++;
+  }
+  return n;
 }
 
 KVIDX__PRIV void kvidx__ix_clear_slot(kvidx *ix, uint32_t s) {
@@ -1461,7 +1852,7 @@ typedef struct {
 } kvidx__rctx;
 
 KVIDX__PRIV int kvidx__probe(const kvidx *cix, kvidx__rctx *rc, uint32_t pos, uint32_t parent, uint64_t local,
-                             uint64_t chain, uint64_t *bits, uint32_t *id_out) {
+                             uint64_t chain, uint64_t *bits, uint64_t *dev, uint32_t *id_out) {
   kvidx *ix = KVIDX__MUT(cix); /* atomics are loaded, never stored */
   uint32_t h = kvidx__key_hash(ix->kind, pos, parent, local), tries, i, nw = rc->nw;
   int radix = ix->kind == KVIDX_RADIX;
@@ -1494,6 +1885,8 @@ KVIDX__PRIV int kvidx__probe(const kvidx *cix, kvidx__rctx *rc, uint32_t pos, ui
       if (match) {
         KVIDX__A(uint64_t) *src = kvidx__ent_bits(e);
         for (i = 0; i < nw; i++) bits[i] = kvidx__ld(&src[i]);
+        if (dev)
+          for (src = kvidx__ent_dev(ix, e), i = 0; i < nw; i++) dev[i] = kvidx__ld(&src[i]);
       }
       kvidx__fence_acq();
       v2 = kvidx__ld(&e->ver);
@@ -1510,6 +1903,8 @@ KVIDX__PRIV int kvidx__probe(const kvidx *cix, kvidx__rctx *rc, uint32_t pos, ui
   }
   (void)tries;
   for (i = 0; i < nw; i++) bits[i] = 0;
+  if (dev)
+    for (i = 0; i < nw; i++) dev[i] = 0;
   return 0;
 }
 
@@ -1521,7 +1916,7 @@ KVIDX__PRIV void kvidx__radix_find(const kvidx *ix, kvidx__rctx *rc, const uint6
   size_t pos;
   for (pos = 0; pos < n; pos++) {
     int any = 0;
-    if (!kvidx__probe(ix, rc, 0, cur, loc[pos], 0, b, &cur)) break;
+    if (!kvidx__probe(ix, rc, 0, cur, loc[pos], 0, b, NULL, &cur)) break;
     for (i = 0; i < nw; i++) {
       uint64_t nb = pos ? act[i] & b[i] : b[i];
       d[i] = pos ? act[i] & ~nb : 0;
@@ -1571,7 +1966,7 @@ KVIDX__PRIV uint64_t kvidx__pq_chain(kvidx__pq *p, size_t j) {
 }
 
 KVIDX__PRIV int kvidx__pq_probe(kvidx__pq *p, size_t j, uint64_t *bits) {
-  return kvidx__probe(p->ix, p->rc, KVIDX__CAST(uint32_t, j), 0, p->loc[j], kvidx__pq_chain(p, j), bits, NULL);
+  return kvidx__probe(p->ix, p->rc, KVIDX__CAST(uint32_t, j), 0, p->loc[j], kvidx__pq_chain(p, j), bits, NULL, NULL);
 }
 
 /* Every worker of d holds q_0..q_lo and not q_hi; none has holes. */
@@ -1642,6 +2037,41 @@ KVIDX__PRIV void kvidx__pos_find(const kvidx *ix, kvidx__rctx *rc, const uint64_
   kvidx__emit(ix, k, act, cur + 1);
 }
 
+/* Tiered query, both kinds: walk every position, count device hits. */
+KVIDX__PRIV void kvidx__tier_find(const kvidx *ix, kvidx__rctx *rc, const uint64_t *loc, size_t n, kvidx__sink *k) {
+  kvidx__pq p;
+  uint64_t act[KVIDX__NW_MAX], b[KVIDX__NW_MAX], dv[KVIDX__NW_MAX], d[KVIDX__NW_MAX];
+  uint32_t cnt[KVIDX_WORKERS_MAX], nw = rc->nw, i, cur = KVIDX__NONE;
+  size_t pos;
+  int radix = ix->kind == KVIDX_RADIX;
+  p.ix = ix;
+  p.rc = rc;
+  p.loc = loc;
+  p.n = n;
+  p.qn = 0;
+  p.k = k;
+  for (pos = 0; pos < n; pos++) {
+    int any = 0, found =
+        radix ? kvidx__probe(ix, rc, 0, cur, loc[pos], 0, b, dv, &cur)
+              : kvidx__probe(ix, rc, KVIDX__CAST(uint32_t, pos), 0, loc[pos], kvidx__pq_chain(&p, pos), b, dv, NULL);
+    if (!found) break;
+    for (i = 0; i < nw; i++) {
+      uint64_t nb = pos ? act[i] & b[i] : b[i], w;
+      d[i] = pos ? act[i] & ~nb : 0;
+      act[i] = nb;
+      any |= nb != 0;
+      for (w = nb; w; w &= w - 1) { /* count device hits of the survivors */
+        uint32_t sl = i * 64 + kvidx__ctz64(w);
+        uint32_t hit = KVIDX__CAST(uint32_t, (dv[i] >> (sl & 63)) & 1);
+        cnt[sl] = pos ? cnt[sl] + hit : hit;
+      }
+    }
+    if (pos) kvidx__emit_cnt(ix, k, d, pos, cnt);
+    if (!any) return;
+  }
+  if (pos) kvidx__emit_cnt(ix, k, act, pos, cnt);
+}
+
 /* ========================================================================== */
 /* 6. Concurrency: the contract and why the reader path is safe              */
 /* ========================================================================== */
@@ -1682,8 +2112,8 @@ KVIDX__PRIV void kvidx__pos_find(const kvidx *ix, kvidx__rctx *rc, const uint64_
 /* 7. Public API: lifecycle, events, stats, invariant checker                */
 /* ========================================================================== */
 typedef struct {
-  uint32_t max_workers, nw, jump, stride, slot_map_n;
-  size_t max_blocks, max_entries, fixed, total;
+  uint32_t max_workers, nw, jump, stride, slot_map_n, evtab_n;
+  size_t max_blocks, max_entries, fixed, total, srec_size;
 } kvidx__plan;
 
 KVIDX__PRIV int kvidx__plan_cfg(const kvidx_config *cfg, int buffer, kvidx__plan *pl) {
@@ -1696,19 +2126,26 @@ KVIDX__PRIV int kvidx__plan_cfg(const kvidx_config *cfg, int buffer, kvidx__plan
   pl->jump = cfg->jump ? cfg->jump : KVIDX__DEFAULT_JUMP;
   if (pl->jump > KVIDX_JUMP_MAX) return KVIDX_EINVAL;
   pl->nw = (pl->max_workers + 63) / 64;
-  pl->stride = KVIDX__CAST(uint32_t, sizeof(kvidx__ent) + 8 * pl->nw);
+  pl->stride = KVIDX__CAST(uint32_t, sizeof(kvidx__ent) + 16 * pl->nw); /* any-tier + device bitsets */
   pl->slot_map_n = kvidx__pow2(2 * KVIDX__CAST(uint64_t, pl->max_workers));
   pl->max_blocks = cfg->max_blocks ? cfg->max_blocks
                                    : buffer ? KVIDX_BUFFER_DEFAULT_BLOCKS : KVIDX__ID_LIMIT / 2;
   if (pl->max_blocks > KVIDX__ID_LIMIT / 2) return KVIDX_EINVAL;
   pl->max_entries = cfg->max_entries ? cfg->max_entries : buffer ? pl->max_blocks : KVIDX__ID_LIMIT;
   if (pl->max_entries > KVIDX__ID_LIMIT) return KVIDX_EINVAL;
+  if (cfg->evict < KVIDX_EVICT_NONE || cfg->evict > KVIDX_EVICT_EXPIRY || cfg->evict_target_pct > 100 ||
+      (cfg->evict && !cfg->max_blocks))
+    return KVIDX_EINVAL;
+  pl->srec_size = cfg->evict ? sizeof(kvidx__srec) : KVIDX__SREC_SMALL;
+  pl->evtab_n = kvidx__pow2(2 * KVIDX__CAST(uint64_t, pl->max_workers));
   pl->fixed = kvidx__align(sizeof(kvidx)) + kvidx__align(sizeof(kvidx__slot) * pl->max_workers) +
-              kvidx__align(sizeof(uint32_t) * pl->slot_map_n) + kvidx__align(8 * pl->nw);
+              kvidx__align(sizeof(uint32_t) * pl->slot_map_n) + kvidx__align(8 * pl->nw) +
+              kvidx__align(sizeof(kvidx__evid) * pl->evtab_n);
   pl->total = pl->fixed;
   if (buffer) {
     if (cfg->kind == KVIDX_REFERENCE) return KVIDX_ENOTSUP;
-    pl->total += kvidx__pool_bytes(sizeof(kvidx__srec), KVIDX__CAST(uint32_t, pl->max_blocks)) +
+    pl->total += kvidx__pool_bytes(pl->srec_size, KVIDX__CAST(uint32_t, pl->max_blocks)) +
+                 (cfg->evict ? kvidx__align(sizeof(uint32_t) * pl->max_blocks) : 0) +
                  kvidx__pool_bytes(sizeof(kvidx__erec), KVIDX__CAST(uint32_t, 2 * pl->max_blocks)) +
                  kvidx__align(pl->max_entries * pl->stride) +
                  kvidx__align(kvidx__tab_bytes(kvidx__pow2(pl->max_entries))) + 64;
@@ -1740,13 +2177,18 @@ KVIDX__PRIV kvidx *kvidx__setup(const kvidx_config *cfg, const kvidx__plan *pl, 
   mem += kvidx__align(sizeof(uint32_t) * pl->slot_map_n);
   ix->holed = KVIDX__RCAST(KVIDX__A(uint64_t) *, mem);
   mem += kvidx__align(8 * pl->nw);
+  ix->evtab = KVIDX__RCAST(kvidx__evid *, mem);
+  ix->evtab_mask = pl->evtab_n - 1;
+  mem += kvidx__align(sizeof(kvidx__evid) * pl->evtab_n);
+  ix->evict = cfg->evict;
+  ix->evict_target = pl->max_blocks * (cfg->evict_target_pct ? cfg->evict_target_pct : 80) / 100;
   for (i = 0; i < pl->max_workers; i++) {
     ix->slots[i].free_next = i + 1 < pl->max_workers ? i + 1 : KVIDX__NONE;
     ix->slots[i].list = KVIDX__NONE;
   }
   ix->slot_free = 0;
   ix->ent_free = KVIDX__NONE;
-  ix->S.rec_size = sizeof(kvidx__srec);
+  ix->S.rec_size = pl->srec_size;
   ix->E.rec_size = sizeof(kvidx__erec);
   ix->S.free_head = ix->E.free_head = KVIDX__NONE;
   ix->cap0 = 1024;
@@ -1754,8 +2196,13 @@ KVIDX__PRIV kvidx *kvidx__setup(const kvidx_config *cfg, const kvidx__plan *pl, 
   if (buffer) {
     uint32_t nb = kvidx__pow2(pl->max_entries);
     kvidx__tab *t;
-    kvidx__pool_place(&ix->S, mem, sizeof(kvidx__srec), KVIDX__CAST(uint32_t, pl->max_blocks));
-    mem += kvidx__pool_bytes(sizeof(kvidx__srec), KVIDX__CAST(uint32_t, pl->max_blocks));
+    kvidx__pool_place(&ix->S, mem, pl->srec_size, KVIDX__CAST(uint32_t, pl->max_blocks));
+    mem += kvidx__pool_bytes(pl->srec_size, KVIDX__CAST(uint32_t, pl->max_blocks));
+    if (cfg->evict) {
+      ix->heap = KVIDX__RCAST(uint32_t *, mem);
+      ix->heap_cap = KVIDX__CAST(uint32_t, pl->max_blocks);
+      mem += kvidx__align(sizeof(uint32_t) * pl->max_blocks);
+    }
     kvidx__pool_place(&ix->E, mem, sizeof(kvidx__erec), KVIDX__CAST(uint32_t, 2 * pl->max_blocks));
     mem += kvidx__pool_bytes(sizeof(kvidx__erec), KVIDX__CAST(uint32_t, 2 * pl->max_blocks));
     memset(mem, 0, pl->max_entries * pl->stride);
@@ -1863,30 +2310,195 @@ KVIDX_DEF void kvidx_destroy(kvidx *ix) {
     unsigned char *c = kvidx__ld(&ix->chunks[k]);
     if (c) kvidx__free(ix, c, (k == 0 ? ix->cap0 : (KVIDX__CAST(size_t, ix->cap0) << k)) * ix->stride);
   }
+  if (ix->heap) kvidx__free(ix, ix->heap, ix->heap_cap * sizeof(uint32_t));
   if (ix->S.recs) kvidx__free(ix, ix->S.recs, kvidx__pool_bytes(ix->S.rec_size, ix->S.cap));
   if (ix->E.recs) kvidx__free(ix, ix->E.recs, kvidx__pool_bytes(ix->E.rec_size, ix->E.cap));
   kvidx__free(ix, ix, ix->fixed_bytes);
 }
 
-KVIDX_DEF int kvidx_store(kvidx *ix, uint64_t worker_id, uint32_t dp_rank, const uint64_t *parent_seq,
-                          const kvidx_block *b, size_t n) {
+KVIDX__PRIV int kvidx__store(kvidx *ix, uint64_t worker_id, uint32_t dp_rank, const uint64_t *parent_seq,
+                             const kvidx_block *b, size_t n, int tier, uint64_t expires) {
   int rc;
-  if (!ix || (n && !b)) return KVIDX_EINVAL;
-  if (ix->kind == KVIDX_REFERENCE) return kvidx__ref_store(ix, worker_id, dp_rank, parent_seq, b, n);
+  if (!ix || (n && !b) || tier < KVIDX_TIER_DEVICE || tier > KVIDX_TIER_DISK) return KVIDX_EINVAL;
+  if (ix->kind == KVIDX_REFERENCE) return kvidx__ref_store(ix, worker_id, dp_rank, parent_seq, b, n, tier, expires);
   kvidx__lock(ix);
-  rc = kvidx__ix_store(ix, worker_id, dp_rank, parent_seq, b, n);
+  rc = kvidx__ix_store(ix, worker_id, dp_rank, parent_seq, b, n, tier, expires);
   kvidx__unlock(ix);
   return rc;
 }
 
-KVIDX_DEF int kvidx_remove(kvidx *ix, uint64_t worker_id, uint32_t dp_rank, const uint64_t *seq, size_t n) {
+KVIDX__PRIV int kvidx__remove(kvidx *ix, uint64_t worker_id, uint32_t dp_rank, const uint64_t *seq, size_t n,
+                              int tier) {
   int rc;
-  if (!ix || (n && !seq)) return KVIDX_EINVAL;
-  if (ix->kind == KVIDX_REFERENCE) return kvidx__ref_remove(ix, worker_id, dp_rank, seq, n);
+  if (!ix || (n && !seq) || (tier != KVIDX_TIER_ALL && (tier < KVIDX_TIER_DEVICE || tier > KVIDX_TIER_DISK)))
+    return KVIDX_EINVAL;
+  if (ix->kind == KVIDX_REFERENCE) return kvidx__ref_remove(ix, worker_id, dp_rank, seq, n, tier);
   kvidx__lock(ix);
-  rc = kvidx__ix_remove(ix, worker_id, dp_rank, seq, n);
+  rc = kvidx__ix_remove(ix, worker_id, dp_rank, seq, n, tier);
   kvidx__unlock(ix);
   return rc;
+}
+
+KVIDX_DEF int kvidx_store(kvidx *ix, uint64_t worker_id, uint32_t dp_rank, const uint64_t *parent_seq,
+                          const kvidx_block *b, size_t n) {
+  return kvidx__store(ix, worker_id, dp_rank, parent_seq, b, n, KVIDX_TIER_DEVICE, 0);
+}
+
+KVIDX_DEF int kvidx_store_ttl(kvidx *ix, uint64_t worker_id, uint32_t dp_rank, const uint64_t *parent_seq,
+                              const kvidx_block *b, size_t n, uint64_t expires_at) {
+  if (ix && ix->evict != KVIDX_EVICT_EXPIRY) return KVIDX_ENOTSUP;
+  return kvidx__store(ix, worker_id, dp_rank, parent_seq, b, n, KVIDX_TIER_DEVICE, expires_at);
+}
+
+KVIDX_DEF int kvidx_remove(kvidx *ix, uint64_t worker_id, uint32_t dp_rank, const uint64_t *seq, size_t n) {
+  return kvidx__remove(ix, worker_id, dp_rank, seq, n, KVIDX_TIER_ALL);
+}
+
+KVIDX_DEF int kvidx_expire(kvidx *ix, uint64_t now, size_t *removed) {
+  size_t n;
+  if (removed) *removed = 0;
+  if (!ix) return KVIDX_EINVAL;
+  if (ix->evict != KVIDX_EVICT_EXPIRY) return KVIDX_ENOTSUP;
+  if (ix->kind == KVIDX_REFERENCE) {
+    n = kvidx__ref_expire(ix, now);
+  } else {
+    kvidx__lock(ix);
+    n = kvidx__ix_expire(ix, now);
+    kvidx__unlock(ix);
+  }
+  if (removed) *removed = n;
+  return KVIDX_OK;
+}
+
+/* ---- event ids -------------------------------------------------------------
+ * A linear-probing table of (worker, dp_rank) -> last event id with twice as
+ * many places as worker slots.  When it is 3/4 full, entries of workers that
+ * hold nothing are dropped (their next event counts as a first one); at most
+ * max_workers workers hold blocks, so that always makes room. */
+KVIDX__PRIV uint32_t kvidx__ev_home(const kvidx *ix, uint64_t id, uint32_t rank) {
+  return KVIDX__CAST(uint32_t, kvidx__mix(id ^ (KVIDX__CAST(uint64_t, rank) << 48) ^ rank)) & ix->evtab_mask;
+}
+
+KVIDX__PRIV kvidx__evid *kvidx__ev_find(const kvidx *ix, uint64_t id, uint32_t rank) {
+  uint32_t i;
+  for (i = kvidx__ev_home(ix, id, rank); ix->evtab[i].used; i = (i + 1) & ix->evtab_mask)
+    if (ix->evtab[i].id == id && ix->evtab[i].rank == rank) return &ix->evtab[i];
+  return NULL;
+}
+
+KVIDX__PRIV void kvidx__ev_del(kvidx *ix, uint32_t i) { /* backward-shift deletion */
+  uint32_t m = ix->evtab_mask, j;
+  ix->evtab[i].used = 0;
+  for (j = (i + 1) & m; ix->evtab[j].used; j = (j + 1) & m) {
+    uint32_t h = kvidx__ev_home(ix, ix->evtab[j].id, ix->evtab[j].rank);
+    if (((j - h) & m) >= ((j - i) & m)) {
+      ix->evtab[i] = ix->evtab[j];
+      ix->evtab[j].used = 0;
+      i = j;
+    }
+  }
+  ix->evtab_n--;
+}
+
+KVIDX__PRIV size_t kvidx__blocks_of(const kvidx *ix, uint64_t id, uint32_t rank);
+
+KVIDX__PRIV kvidx__evid *kvidx__ev_put(kvidx *ix, uint64_t id, uint32_t rank) {
+  uint32_t i;
+  if ((ix->evtab_n + 1) * 4 > (ix->evtab_mask + 1) * 3) {
+    int again = 1;
+    while (again) /* deletions shift entries back: sweep until none goes */
+      for (again = 0, i = 0; i <= ix->evtab_mask; i++)
+        if (ix->evtab[i].used && !kvidx__blocks_of(ix, ix->evtab[i].id, ix->evtab[i].rank)) {
+          kvidx__ev_del(ix, i);
+          again = 1;
+        }
+  }
+  for (i = kvidx__ev_home(ix, id, rank); ix->evtab[i].used; i = (i + 1) & ix->evtab_mask) {}
+  ix->evtab[i].used = 1;
+  ix->evtab[i].id = id;
+  ix->evtab[i].rank = rank;
+  ix->evtab_n++;
+  return &ix->evtab[i];
+}
+
+/* The event's operation, without locking (the caller holds the lock). */
+KVIDX__PRIV int kvidx__apply_op(kvidx *ix, const kvidx_event *ev) {
+  int ref = ix->kind == KVIDX_REFERENCE;
+  switch (ev->type) {
+  case KVIDX_EV_STORED:
+    return ref ? kvidx__ref_store(ix, ev->worker_id, ev->dp_rank, ev->parent, ev->blocks, ev->n, ev->tier,
+                                  ev->expires_at)
+               : kvidx__ix_store(ix, ev->worker_id, ev->dp_rank, ev->parent, ev->blocks, ev->n, ev->tier,
+                                 ev->expires_at);
+  case KVIDX_EV_REMOVED:
+    return ref ? kvidx__ref_remove(ix, ev->worker_id, ev->dp_rank, ev->seqs, ev->n, ev->tier)
+               : kvidx__ix_remove(ix, ev->worker_id, ev->dp_rank, ev->seqs, ev->n, ev->tier);
+  default: /* KVIDX_EV_CLEARED */
+    if (ref) {
+      kvidx__rworker *w = kvidx__ref_worker(ix, ev->worker_id, ev->dp_rank);
+      if (w) kvidx__ref_clear_worker(ix, w);
+    } else {
+      uint32_t s = kvidx__slot_find(ix, ev->worker_id, ev->dp_rank);
+      if (s != KVIDX__NONE) kvidx__ix_clear_slot(ix, s);
+    }
+    return KVIDX_OK;
+  }
+}
+
+KVIDX_DEF int kvidx_apply(kvidx *ix, const kvidx_event *ev) {
+  kvidx__evid *e;
+  int rc, info = KVIDX_OK;
+  if (!ix || !ev || ev->type < KVIDX_EV_STORED || ev->type > KVIDX_EV_CLEARED) return KVIDX_EINVAL;
+  if (ev->type == KVIDX_EV_STORED &&
+      ((ev->n && !ev->blocks) || ev->tier < KVIDX_TIER_DEVICE || ev->tier > KVIDX_TIER_DISK))
+    return KVIDX_EINVAL;
+  if (ev->type == KVIDX_EV_REMOVED && ((ev->n && !ev->seqs) || (ev->tier != KVIDX_TIER_ALL &&
+                                                                (ev->tier < KVIDX_TIER_DEVICE || ev->tier > KVIDX_TIER_DISK))))
+    return KVIDX_EINVAL;
+  if (ev->type == KVIDX_EV_STORED && ev->expires_at && ix->evict != KVIDX_EVICT_EXPIRY) return KVIDX_ENOTSUP;
+  kvidx__lock(ix);
+  e = kvidx__ev_find(ix, ev->worker_id, ev->dp_rank);
+  if (e && ev->event_id == e->last) {
+    kvidx__unlock(ix);
+    return KVIDX_DUPLICATE;
+  }
+  if (e && ev->event_id < e->last) { /* the engine restarted: its cache is gone */
+    kvidx_event clr = *ev;
+    clr.type = KVIDX_EV_CLEARED;
+    kvidx__apply_op(ix, &clr);
+    e->last = ev->event_id;
+    info = KVIDX_RESTARTED;
+  } else if (e && ev->event_id > e->last + 1) {
+    info = KVIDX_GAP;
+  }
+  rc = kvidx__apply_op(ix, ev);
+  if (rc == KVIDX_OK || rc == KVIDX_ENOENT) { /* it changed the index: the id counts */
+    if (!e) e = kvidx__ev_put(ix, ev->worker_id, ev->dp_rank);
+    e->last = ev->event_id;
+  }
+  kvidx__unlock(ix);
+  return rc != KVIDX_OK ? rc : info;
+}
+
+KVIDX_DEF int kvidx_last_event_id(const kvidx *ix, uint64_t worker_id, uint32_t dp_rank, uint64_t *out) {
+  const kvidx__evid *e;
+  if (!ix || !out) return KVIDX_EINVAL;
+  e = kvidx__ev_find(ix, worker_id, dp_rank);
+  if (!e) return KVIDX_ENOENT;
+  *out = e->last;
+  return KVIDX_OK;
+}
+
+KVIDX_DEF int kvidx_tier_from_name(const char *m) {
+  static const char *const host[] = {"CPU", "cpu", "host", "HOST", "cpu_pinned", "CPU_PINNED", "pinned"};
+  static const char *const disk[] = {"DISK", "disk", "ssd", "SSD", "nvme", "NVME", "LOCAL_DISK", "local_disk"};
+  size_t i;
+  if (!m) return KVIDX_TIER_DEVICE;
+  for (i = 0; i < sizeof host / sizeof host[0]; i++)
+    if (!strcmp(m, host[i])) return KVIDX_TIER_HOST;
+  for (i = 0; i < sizeof disk / sizeof disk[0]; i++)
+    if (!strcmp(m, disk[i])) return KVIDX_TIER_DISK;
+  return KVIDX_TIER_DEVICE; /* GPU, cuda, device, unknown, empty */
 }
 
 KVIDX_DEF int kvidx_clear(kvidx *ix, uint64_t worker_id, uint32_t dp_rank) {
@@ -1918,21 +2530,17 @@ KVIDX_DEF int kvidx_remove_worker(kvidx *ix, uint64_t worker_id) {
   return KVIDX_OK;
 }
 
-KVIDX__PRIV size_t kvidx__find(const kvidx *ix, const uint64_t *locals, size_t n, kvidx_score *out, size_t cap,
-                                kvidx__rctx *rc) {
+KVIDX__PRIV size_t kvidx__find(const kvidx *ix, const uint64_t *locals, size_t n, void *out, size_t esz,
+                                size_t cap, kvidx__rctx *rc) {
   kvidx__sink k;
   if (!ix || (n && !locals)) return 0;
-  k.out = out;
-  k.cap = out ? cap : 0;
-  k.n = k.total = 0;
-  k.heap = 0;
-  k.epoch = 0;
-  k.nw = 0;
+  kvidx__sink_init(&k, out, esz, cap);
   if (ix->kind == KVIDX_REFERENCE) return kvidx__ref_find(ix, locals, n, &k);
   k.epoch = kvidx__ld_acq(&KVIDX__MUT(ix)->slot_epoch);
   k.nw = rc->nw = kvidx__ld_acq(&KVIDX__MUT(ix)->nw_live);
   if (!k.nw) return 0; /* no worker was ever assigned a slot */
-  if (ix->kind == KVIDX_RADIX) kvidx__radix_find(ix, rc, locals, n, &k);
+  if (esz == sizeof(kvidx_tier_score)) kvidx__tier_find(ix, rc, locals, n, &k);
+  else if (ix->kind == KVIDX_RADIX) kvidx__radix_find(ix, rc, locals, n, &k);
   else kvidx__pos_find(ix, rc, locals, n, &k);
   return kvidx__sink_finish(&k);
 }
@@ -1940,7 +2548,13 @@ KVIDX__PRIV size_t kvidx__find(const kvidx *ix, const uint64_t *locals, size_t n
 KVIDX_DEF size_t kvidx_find_matches(const kvidx *ix, const uint64_t *locals, size_t n, kvidx_score *out,
                                     size_t cap) {
   kvidx__rctx rc = {KVIDX__MAX_TRIES, 0, 0};
-  return kvidx__find(ix, locals, n, out, cap, &rc);
+  return kvidx__find(ix, locals, n, out, sizeof(kvidx_score), cap, &rc);
+}
+
+KVIDX_DEF size_t kvidx_find_matches_tiered(const kvidx *ix, const uint64_t *locals, size_t n,
+                                           kvidx_tier_score *out, size_t cap) {
+  kvidx__rctx rc = {KVIDX__MAX_TRIES, 0, 0};
+  return kvidx__find(ix, locals, n, out, sizeof(kvidx_tier_score), cap, &rc);
 }
 
 KVIDX_DEF int kvidx_find_matches_ex(const kvidx *ix, const uint64_t *locals, size_t n, kvidx_score *out,
@@ -1949,7 +2563,7 @@ KVIDX_DEF int kvidx_find_matches_ex(const kvidx *ix, const uint64_t *locals, siz
   size_t m;
   if (total) *total = 0;
   if (!ix || (n && !locals) || (cap && !out)) return KVIDX_EINVAL;
-  m = kvidx__find(ix, locals, n, out, cap, &rc);
+  m = kvidx__find(ix, locals, n, out, sizeof(kvidx_score), cap, &rc);
   if (total) *total = m;
   return rc.gave_up ? KVIDX_EAGAIN : KVIDX_OK;
 }
@@ -1957,14 +2571,17 @@ KVIDX_DEF int kvidx_find_matches_ex(const kvidx *ix, const uint64_t *locals, siz
 KVIDX_DEF size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *locals, size_t n, kvidx_score *out,
                                           size_t cap, int *retry) {
   kvidx__rctx rc = {1, 0, 0};
-  size_t m = kvidx__find(ix, locals, n, out, cap, &rc);
+  size_t m = kvidx__find(ix, locals, n, out, sizeof(kvidx_score), cap, &rc);
   if (retry) *retry = rc.gave_up;
   return m;
 }
 
 KVIDX_DEF size_t kvidx_worker_blocks(const kvidx *ix, uint64_t worker_id, uint32_t dp_rank) {
+  return ix ? kvidx__blocks_of(ix, worker_id, dp_rank) : 0;
+}
+
+KVIDX__PRIV size_t kvidx__blocks_of(const kvidx *ix, uint64_t worker_id, uint32_t dp_rank) {
   uint32_t s;
-  if (!ix) return 0;
   if (ix->kind == KVIDX_REFERENCE) {
     const kvidx__rworker *w = kvidx__ref_worker(ix, worker_id, dp_rank);
     return w ? w->blocks.len : 0;
@@ -1999,6 +2616,13 @@ KVIDX_DEF const char *kvidx_strerror(int status) {
   case KVIDX_ENOENT: return "some removed blocks were not held (the known ones were removed)";
   case KVIDX_ENOTSUP: return "not supported by this index kind or mode";
   case KVIDX_EAGAIN: return "a concurrent write stayed in progress too long; the answer may be short, ask again";
+  case KVIDX_ECORRUPT: return "snapshot is corrupt (bad magic, record or checksum); target left empty";
+  case KVIDX_EVERSION: return "snapshot format version not supported; target left empty";
+  case KVIDX_ETRUNCATED: return "snapshot ended early; target left empty";
+  case KVIDX_EIO: return "a caller callback reported an error";
+  case KVIDX_GAP: return "applied; event ids were skipped (ask the engine for a replay)";
+  case KVIDX_RESTARTED: return "event id went backwards: the worker's old blocks were dropped, then the event applied";
+  case KVIDX_DUPLICATE: return "event id already seen: ignored";
   default: return "unknown status";
   }
 }
@@ -2013,7 +2637,7 @@ KVIDX_DEF const char *kvidx_version(void) {
  *  per record: its entry and parent records exist, the entry is live;
  *  per (worker, entry) record: mult and children equal the recount, the
  *  entry's bit is set iff mult > 0; orphans and holed bits match;
- *  per entry: refs = records naming it, kids = live children (radix),
+ *  per entry: refs = records naming it, kids = live children,
  *  reachable through the table under its key; counts add up.
  * The recount borrows the records' own counters (subtract, check zero, add
  * back), so it allocates nothing. */
@@ -2030,7 +2654,9 @@ KVIDX__PRIV int kvidx__check_records(kvidx *ix, int sign) {
     if (r->h.slot == KVIDX__NONE) continue;
     er = KVIDX__RCAST(kvidx__erec *, kvidx__pool_find(&ix->E, r->h.slot, r->entry, NULL));
     KVIDX__CHK(er);
+    KVIDX__CHK(r->tiers && r->tiers < 8u);
     er->mult = KVIDX__CAST(uint32_t, er->mult + KVIDX__CAST(uint32_t, sign));
+    if (r->tiers & 1u) er->devmult = KVIDX__CAST(uint32_t, er->devmult + KVIDX__CAST(uint32_t, sign));
     if (r->parent != KVIDX__NONE) {
       pr = KVIDX__RCAST(kvidx__erec *, kvidx__pool_find(&ix->E, r->h.slot, r->parent, NULL));
       KVIDX__CHK(pr);
@@ -2049,11 +2675,12 @@ KVIDX__PRIV int kvidx__check_adjust(kvidx *ix, int sign) {
     if (er->h.slot != KVIDX__NONE) {
       kvidx__ent *e = kvidx__ent_at(ix, KVIDX__CAST(uint32_t, er->h.key));
       e->refs = KVIDX__CAST(uint32_t, e->refs + KVIDX__CAST(uint32_t, sign));
-      if (((kvidx__ld(&kvidx__ent_bits(e)[er->h.slot >> 6]) >> (er->h.slot & 63)) & 1) != (er->mult != 0))
-        bad++; /* the entry's bit must say whether the worker holds it */
+      if (((kvidx__ld(&kvidx__ent_bits(e)[er->h.slot >> 6]) >> (er->h.slot & 63)) & 1) != (er->mult != 0) ||
+          ((kvidx__ld(&kvidx__ent_dev(ix, e)[er->h.slot >> 6]) >> (er->h.slot & 63)) & 1) != (er->devmult != 0) ||
+          er->devmult > er->mult)
+        bad++; /* the entry's bits must say whether the worker holds it (on the device) */
     }
   }
-  if (ix->kind != KVIDX_RADIX) return bad;
   for (i = 0; i <= t->mask; i++) {
     uint32_t id;
     for (id = kvidx__ld(&KVIDX__HEADS(t)[i]); id; id = kvidx__ld(&kvidx__ent_at(ix, id - 1)->next)) {
@@ -2083,7 +2710,7 @@ KVIDX__PRIV int kvidx__check_entries(kvidx *ix) {
       KVIDX__CHK((kvidx__ld(&e->hash) & t->mask) == i && (kvidx__ld(&e->ver) & 1) == 0);
       KVIDX__CHK(kvidx__ld(&e->hash) == kvidx__key_hash(ix->kind, kvidx__ld(&e->pos), par, kvidx__ld(&e->local)));
       KVIDX__CHK(e->refs || e->kids);
-      if (par != KVIDX__NONE && ix->kind == KVIDX_RADIX) { /* positional: parents may be gone */
+      if (par != KVIDX__NONE) {
         kvidx__ent *p = kvidx__ent_at(ix, par);
         KVIDX__CHK(par < ix->ent_hw && (p->refs || p->kids) && kvidx__ld(&p->pos) + 1 == kvidx__ld(&e->pos));
         KVIDX__CHK(kvidx_seq_hash_next(kvidx__ld(&p->chain), kvidx__ld(&e->local)) == kvidx__ld(&e->chain));
@@ -2092,6 +2719,7 @@ KVIDX__PRIV int kvidx__check_entries(kvidx *ix) {
       }
       for (w = 0; w < ix->nw; w++) { /* a set bit has a holding record */
         uint64_t bits = kvidx__ld(&kvidx__ent_bits(e)[w]);
+        KVIDX__CHK((kvidx__ld(&kvidx__ent_dev(ix, e)[w]) & ~bits) == 0);
         while (bits) {
           uint32_t sl = w * 64 + kvidx__ctz64(bits);
           const kvidx__erec *er = KVIDX__RCAST(const kvidx__erec *, kvidx__pool_find(&ix->E, sl, id - 1, NULL));
@@ -2171,7 +2799,7 @@ KVIDX_DEF int kvidx__check(const kvidx *cix) {
   if ((rc = kvidx__check_records(ix, -1)) != 0) return rc;
   for (i = 0; i < ix->E.hw && !rc; i++) {
     const kvidx__erec *er = KVIDX__RCAST(const kvidx__erec *, KVIDX__REC(&ix->E, i));
-    if (er->h.slot != KVIDX__NONE && (er->mult || er->children)) rc = -__LINE__;
+    if (er->h.slot != KVIDX__NONE && (er->mult || er->children || er->devmult)) rc = -__LINE__;
   }
   kvidx__check_records(ix, 1);
   if (rc) return rc;
@@ -2184,7 +2812,406 @@ KVIDX_DEF int kvidx__check(const kvidx *cix) {
     for (w = 0; w < ix->nw; w++) KVIDX__CHK(kvidx__ld(&kvidx__ent_bits(e)[w]) == 0);
   }
   KVIDX__CHK(ents + ix->ent_count == ix->ent_hw);
+  if (ix->evict) { /* the eviction heap holds every record once, in order */
+    KVIDX__CHK(ix->heap_n == ix->S.count);
+    for (i = 0; i < ix->heap_n; i++) {
+      KVIDX__CHK(ix->heap[i] < ix->S.hw && KVIDX__SREC(ix, ix->heap[i])->h.slot != KVIDX__NONE);
+      KVIDX__CHK(KVIDX__SREC(ix, ix->heap[i])->hpos == i);
+      KVIDX__CHK(!i || !kvidx__heap_less(ix, ix->heap[i], ix->heap[(i - 1) / 2]));
+    }
+  }
+  {
+    uint32_t used_ev = 0;
+    for (i = 0; i <= ix->evtab_mask; i++)
+      if (ix->evtab[i].used) {
+        used_ev++;
+        KVIDX__CHK(kvidx__ev_find(ix, ix->evtab[i].id, ix->evtab[i].rank) == &ix->evtab[i]);
+      }
+    KVIDX__CHK(used_ev == ix->evtab_n);
+  }
   return 0;
+}
+
+/* ========================================================================== */
+/* 8. Dump and snapshots                                                       */
+/* ========================================================================== */
+/* Growable scratch (through the hooks): an entry -> seq map and id stacks. */
+typedef struct {
+  uint64_t *key, *val; /* key = entry id + 1, 0 = empty */
+  size_t cap, n;
+} kvidx__dmap;
+
+KVIDX__PRIV int kvidx__dmap_grow(kvidx *ix, kvidx__dmap *m) {
+  kvidx__dmap nm;
+  size_t i;
+  nm.cap = m->cap ? 2 * m->cap : 64;
+  nm.n = m->n;
+  nm.key = KVIDX__CAST(uint64_t *, kvidx__alloc(ix, nm.cap * 16));
+  if (!nm.key) return KVIDX_ENOMEM;
+  nm.val = nm.key + nm.cap;
+  memset(nm.key, 0, nm.cap * 8);
+  for (i = 0; i < m->cap; i++)
+    if (m->key[i]) {
+      size_t j = kvidx__mix(m->key[i]) & (nm.cap - 1);
+      while (nm.key[j]) j = (j + 1) & (nm.cap - 1);
+      nm.key[j] = m->key[i];
+      nm.val[j] = m->val[i];
+    }
+  if (m->key) kvidx__free(ix, m->key, m->cap * 16);
+  *m = nm;
+  return KVIDX_OK;
+}
+KVIDX__PRIV uint64_t *kvidx__dmap_get(const kvidx__dmap *m, uint32_t entry) {
+  size_t j;
+  if (!m->cap) return NULL;
+  for (j = kvidx__mix(entry + 1ull) & (m->cap - 1); m->key[j]; j = (j + 1) & (m->cap - 1))
+    if (m->key[j] == entry + 1ull) return &m->val[j];
+  return NULL;
+}
+KVIDX__PRIV int kvidx__dmap_put(kvidx *ix, kvidx__dmap *m, uint32_t entry, uint64_t seq) {
+  size_t j;
+  if ((m->n + 1) * 2 > m->cap && kvidx__dmap_grow(ix, m) != KVIDX_OK) return KVIDX_ENOMEM;
+  for (j = kvidx__mix(entry + 1ull) & (m->cap - 1); m->key[j]; j = (j + 1) & (m->cap - 1)) {}
+  m->key[j] = entry + 1ull;
+  m->val[j] = seq;
+  m->n++;
+  return KVIDX_OK;
+}
+
+typedef struct {
+  uint64_t *v;
+  size_t n, cap;
+} kvidx__vec;
+KVIDX__PRIV int kvidx__vec_push(kvidx *ix, kvidx__vec *v, uint64_t x) {
+  if (v->n == v->cap) {
+    size_t nc = v->cap ? 2 * v->cap : 32;
+    uint64_t *nv = KVIDX__CAST(uint64_t *, kvidx__alloc(ix, nc * 8));
+    if (!nv) return KVIDX_ENOMEM;
+    if (v->v) {
+      memcpy(nv, v->v, v->n * 8);
+      kvidx__free(ix, v->v, v->cap * 8);
+    }
+    v->v = nv;
+    v->cap = nc;
+  }
+  v->v[v->n++] = x;
+  return KVIDX_OK;
+}
+
+KVIDX__PRIV int kvidx__cmp_u64(const void *a, const void *b) {
+  uint64_t x = *KVIDX__CAST(const uint64_t *, a), y = *KVIDX__CAST(const uint64_t *, b);
+  return x < y ? -1 : x > y;
+}
+
+typedef struct {
+  kvidx *ix;
+  kvidx_event_fn emit;
+  void *ctx;
+  uint32_t slot;
+  uint64_t next_id;
+  kvidx__dmap map;  /* entry -> a seq of this worker at that entry     */
+  kvidx__vec recs;  /* (pos << 32 | srec id), sorted: parents first    */
+  kvidx__vec stack; /* ancestors to invent, deepest first              */
+  kvidx__vec fake;  /* invented seqs, removed at the end               */
+} kvidx__dumper;
+
+KVIDX__PRIV int kvidx__dump_store(kvidx__dumper *d, uint32_t entry, uint64_t seq, int tier, uint64_t expires) {
+  kvidx *ix = d->ix;
+  kvidx__ent *e = kvidx__ent_at(ix, entry);
+  uint32_t par = kvidx__ld(&e->parent);
+  uint64_t pseq = 0, *pp = par == KVIDX__NONE ? NULL : kvidx__dmap_get(&d->map, par);
+  kvidx_block b;
+  kvidx_event ev;
+  if (pp) pseq = *pp;
+  b.local = kvidx__ld(&e->local);
+  b.seq = seq;
+  memset(&ev, 0, sizeof ev);
+  ev.event_id = d->next_id++;
+  ev.worker_id = kvidx__ld(&ix->slots[d->slot].id);
+  ev.dp_rank = kvidx__ld(&ix->slots[d->slot].rank);
+  ev.type = KVIDX_EV_STORED;
+  ev.tier = tier;
+  ev.parent = pp ? &pseq : NULL;
+  ev.blocks = &b;
+  ev.n = 1;
+  ev.expires_at = expires;
+  return d->emit(d->ctx, &ev) ? KVIDX_EIO : KVIDX_OK;
+}
+
+/* Invent a seq for a stand-in ancestor: not one the worker holds, not one
+ * invented before. */
+KVIDX__PRIV uint64_t kvidx__dump_fake_seq(kvidx__dumper *d, uint64_t chain) {
+  uint64_t c = kvidx__mix(chain ^ 0x6b76696478667331ull);
+  for (;;) {
+    size_t i;
+    int clash = kvidx__pool_find(&d->ix->S, d->slot, c, NULL) != NULL;
+    for (i = 0; i < d->fake.n && !clash; i++) clash = d->fake.v[i] == c;
+    if (!clash) return c;
+    c = kvidx__mix(c + 1);
+  }
+}
+
+KVIDX__PRIV int kvidx__dump_worker(kvidx__dumper *d) {
+  kvidx *ix = d->ix;
+  uint32_t r;
+  size_t i;
+  int rc;
+  d->map.n = 0;
+  if (d->map.key) memset(d->map.key, 0, d->map.cap * 8);
+  d->recs.n = d->stack.n = d->fake.n = 0;
+  d->next_id = 1;
+  for (r = ix->slots[d->slot].list; r != KVIDX__NONE; r = KVIDX__SREC(ix, r)->lnext)
+    if ((rc = kvidx__vec_push(ix, &d->recs,
+                              (KVIDX__CAST(uint64_t, kvidx__ld(&kvidx__ent_at(ix, KVIDX__SREC(ix, r)->entry)->pos)) << 32) | r)) !=
+        KVIDX_OK)
+      return rc;
+  if (d->recs.n > 1) qsort(d->recs.v, d->recs.n, 8, kvidx__cmp_u64);
+  for (i = 0; i < d->recs.n; i++) {
+    const kvidx__srec *sr = KVIDX__SREC(ix, KVIDX__CAST(uint32_t, d->recs.v[i]));
+    uint32_t a = sr->parent, t;
+    uint64_t expires = 0;
+    /* a hole: the worker lacks the parent; invent the missing ancestors */
+    while (a != KVIDX__NONE && !kvidx__dmap_get(&d->map, a)) {
+      if ((rc = kvidx__vec_push(ix, &d->stack, a)) != KVIDX_OK) return rc;
+      a = kvidx__ld(&kvidx__ent_at(ix, a)->parent);
+    }
+    while (d->stack.n) {
+      uint32_t anc = KVIDX__CAST(uint32_t, d->stack.v[--d->stack.n]);
+      uint64_t fs = kvidx__dump_fake_seq(d, kvidx__ld(&kvidx__ent_at(ix, anc)->chain));
+      if ((rc = kvidx__vec_push(ix, &d->fake, fs)) != KVIDX_OK ||
+          (rc = kvidx__dump_store(d, anc, fs, KVIDX_TIER_DEVICE, 0)) != KVIDX_OK ||
+          (rc = kvidx__dmap_put(ix, &d->map, anc, fs)) != KVIDX_OK)
+        return rc;
+    }
+    if (ix->evict == KVIDX_EVICT_EXPIRY && sr->k1 != ~KVIDX__CAST(uint64_t, 0)) expires = sr->k1;
+    for (t = 0; t <= KVIDX_TIER_DISK; t++)
+      if ((sr->tiers >> t) & 1 && (rc = kvidx__dump_store(d, sr->entry, sr->h.key, KVIDX__CAST(int, t), expires)) != KVIDX_OK)
+        return rc;
+    if (!kvidx__dmap_get(&d->map, sr->entry) && (rc = kvidx__dmap_put(ix, &d->map, sr->entry, sr->h.key)) != KVIDX_OK)
+      return rc;
+  }
+  if (d->fake.n) { /* the stand-ins go again: the holes come back */
+    kvidx_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.event_id = d->next_id++;
+    ev.worker_id = kvidx__ld(&ix->slots[d->slot].id);
+    ev.dp_rank = kvidx__ld(&ix->slots[d->slot].rank);
+    ev.type = KVIDX_EV_REMOVED;
+    ev.tier = KVIDX_TIER_ALL;
+    ev.seqs = d->fake.v;
+    ev.n = d->fake.n;
+    if (d->emit(d->ctx, &ev)) return KVIDX_EIO;
+  }
+  return KVIDX_OK;
+}
+
+KVIDX_DEF int kvidx_dump(const kvidx *cix, kvidx_event_fn emit, void *ctx) {
+  kvidx *ix = KVIDX__MUT(cix);
+  kvidx__dumper d;
+  int rc = KVIDX_OK;
+  if (!ix || !emit) return KVIDX_EINVAL;
+  if (ix->kind == KVIDX_REFERENCE || ix->buffer_mode) return KVIDX_ENOTSUP;
+  memset(&d, 0, sizeof d);
+  d.ix = ix;
+  d.emit = emit;
+  d.ctx = ctx;
+  kvidx__lock(ix); /* writers wait; readers go on */
+  for (d.slot = 0; d.slot < ix->max_workers && rc == KVIDX_OK; d.slot++)
+    if (ix->slots[d.slot].used) rc = kvidx__dump_worker(&d);
+  kvidx__unlock(ix);
+  if (d.map.key) kvidx__free(ix, d.map.key, d.map.cap * 16);
+  if (d.recs.v) kvidx__free(ix, d.recs.v, d.recs.cap * 8);
+  if (d.stack.v) kvidx__free(ix, d.stack.v, d.stack.cap * 8);
+  if (d.fake.v) kvidx__free(ix, d.fake.v, d.fake.cap * 8);
+  return rc;
+}
+
+/* ---- binary snapshot --------------------------------------------------------
+ * header (24 bytes): "KVIDXSNP", u32 version = 1, u32 record size = 48,
+ *                    u64 reserved = 0
+ * records (48 bytes each, little endian):
+ *   u8 type, u8 tier, u8 has_parent, u8 0, u32 dp_rank, u64 worker_id,
+ *   u64 a, u64 b, u64 c, u64 d
+ *   type 1 Stored block: a parent seq, b local, c seq, d expires_at
+ *   type 2 Removed:      a seq (tier 255 = every copy)
+ *   type 3 event id:     a last event id
+ *   type 255 end:        a number of records before it, d XXH3-64 (seed 0)
+ *                        of every byte before d
+ * Unknown types, flags or a short read fail the whole read. */
+#define KVIDX__SNAP_VERSION 1u
+#define KVIDX__SNAP_REC 48
+
+typedef struct {
+  kvidx_write_fn write;
+  void *ctx;
+  XXH3_state_t st;
+  uint64_t count;
+  int failed;
+} kvidx__snapw;
+
+KVIDX__PRIV void kvidx__put64(unsigned char *p, uint64_t v) { kvidx__le64(p, v); }
+KVIDX__PRIV uint64_t kvidx__get64(const unsigned char *p) {
+  uint64_t v = 0;
+  int i;
+  for (i = 7; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+
+KVIDX__PRIV int kvidx__snap_out(kvidx__snapw *w, const unsigned char *buf, size_t len) {
+  if (w->failed) return KVIDX_EIO;
+  XXH3_64bits_update(&w->st, buf, len);
+  if (w->write(w->ctx, buf, len)) w->failed = 1;
+  return w->failed ? KVIDX_EIO : KVIDX_OK;
+}
+
+KVIDX__PRIV void kvidx__snap_rec(unsigned char *r, int type, int tier, int has_parent, uint32_t rank, uint64_t worker,
+                                 uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
+  memset(r, 0, KVIDX__SNAP_REC);
+  r[0] = KVIDX__CAST(unsigned char, type);
+  r[1] = KVIDX__CAST(unsigned char, tier);
+  r[2] = KVIDX__CAST(unsigned char, has_parent);
+  r[4] = KVIDX__CAST(unsigned char, rank);
+  r[5] = KVIDX__CAST(unsigned char, rank >> 8);
+  r[6] = KVIDX__CAST(unsigned char, rank >> 16);
+  r[7] = KVIDX__CAST(unsigned char, rank >> 24);
+  kvidx__put64(r + 8, worker);
+  kvidx__put64(r + 16, a);
+  kvidx__put64(r + 24, b);
+  kvidx__put64(r + 32, c);
+  kvidx__put64(r + 40, d);
+}
+
+KVIDX__PRIV int kvidx__snap_emit(void *ctx, const kvidx_event *ev) {
+  kvidx__snapw *w = KVIDX__CAST(kvidx__snapw *, ctx);
+  unsigned char r[KVIDX__SNAP_REC];
+  size_t i;
+  for (i = 0; i < ev->n; i++) {
+    if (ev->type == KVIDX_EV_STORED)
+      kvidx__snap_rec(r, 1, ev->tier, ev->parent != NULL, ev->dp_rank, ev->worker_id, ev->parent ? *ev->parent : 0,
+                      ev->blocks[i].local, ev->blocks[i].seq, ev->expires_at);
+    else
+      kvidx__snap_rec(r, 2, KVIDX_TIER_ALL, 0, ev->dp_rank, ev->worker_id, ev->seqs[i], 0, 0, 0);
+    if (kvidx__snap_out(w, r, KVIDX__SNAP_REC) != KVIDX_OK) return 1;
+    w->count++;
+  }
+  return 0;
+}
+
+KVIDX_DEF int kvidx_snapshot_write(const kvidx *cix, kvidx_write_fn write, void *ctx) {
+  kvidx *ix = KVIDX__MUT(cix);
+  kvidx__snapw w;
+  unsigned char h[24], r[KVIDX__SNAP_REC];
+  uint32_t i;
+  int rc;
+  if (!ix || !write) return KVIDX_EINVAL;
+  memset(&w, 0, sizeof w);
+  w.write = write;
+  w.ctx = ctx;
+  XXH3_INITSTATE(&w.st);
+  XXH3_64bits_reset(&w.st);
+  memset(h, 0, sizeof h);
+  memcpy(h, "KVIDXSNP", 8);
+  h[8] = KVIDX__SNAP_VERSION;
+  h[12] = KVIDX__SNAP_REC;
+  if ((rc = kvidx__snap_out(&w, h, sizeof h)) != KVIDX_OK) return rc;
+  if ((rc = kvidx_dump(ix, kvidx__snap_emit, &w)) != KVIDX_OK) return w.failed ? KVIDX_EIO : rc;
+  for (i = 0; i <= ix->evtab_mask; i++) /* each worker's last event id */
+    if (ix->evtab[i].used) {
+      kvidx__snap_rec(r, 3, 0, 0, ix->evtab[i].rank, ix->evtab[i].id, ix->evtab[i].last, 0, 0, 0);
+      if ((rc = kvidx__snap_out(&w, r, KVIDX__SNAP_REC)) != KVIDX_OK) return rc;
+      w.count++;
+    }
+  kvidx__snap_rec(r, 255, 0, 0, 0, 0, w.count, 0, 0, 0);
+  XXH3_64bits_update(&w.st, r, 40);
+  kvidx__put64(r + 40, XXH3_64bits_digest(&w.st));
+  if (w.write(w.ctx, r, KVIDX__SNAP_REC)) return KVIDX_EIO;
+  return KVIDX_OK;
+}
+
+/* Empty the index (every worker, every event id): a failed read's cleanup. */
+KVIDX__PRIV void kvidx__empty(kvidx *ix) {
+  uint32_t i;
+  for (i = 0; i < ix->max_workers; i++) {
+    if (ix->kind == KVIDX_REFERENCE) {
+      if (ix->ref->w[i].live) kvidx__ref_clear_worker(ix, &ix->ref->w[i]);
+    } else if (ix->slots[i].used) {
+      kvidx__lock(ix);
+      kvidx__ix_clear_slot(ix, i);
+      kvidx__unlock(ix);
+    }
+  }
+  memset(ix->evtab, 0, sizeof(kvidx__evid) * (ix->evtab_mask + 1));
+  ix->evtab_n = 0;
+}
+
+KVIDX__PRIV int kvidx__snap_read_all(kvidx *ix, kvidx_read_fn read, void *ctx) {
+  unsigned char h[24], r[KVIDX__SNAP_REC];
+  XXH3_state_t st;
+  uint64_t count = 0;
+  XXH3_INITSTATE(&st);
+  XXH3_64bits_reset(&st);
+  if (read(ctx, h, sizeof h) != sizeof h) return KVIDX_ETRUNCATED;
+  if (memcmp(h, "KVIDXSNP", 8)) return KVIDX_ECORRUPT;
+  if (kvidx__get64(h + 8) != (KVIDX__SNAP_VERSION | (KVIDX__CAST(uint64_t, KVIDX__SNAP_REC) << 32)))
+    return (h[8] | h[9] << 8 | h[10] << 16 | KVIDX__CAST(uint32_t, h[11]) << 24) != KVIDX__SNAP_VERSION
+               ? KVIDX_EVERSION
+               : KVIDX_ECORRUPT;
+  if (kvidx__get64(h + 16)) return KVIDX_ECORRUPT;
+  XXH3_64bits_update(&st, h, sizeof h);
+  for (;;) {
+    uint32_t rank;
+    uint64_t worker, a, b, c, d;
+    int rc;
+    if (read(ctx, r, sizeof r) != sizeof r) return KVIDX_ETRUNCATED;
+    rank = r[4] | r[5] << 8 | r[6] << 16 | KVIDX__CAST(uint32_t, r[7]) << 24;
+    worker = kvidx__get64(r + 8);
+    a = kvidx__get64(r + 16);
+    b = kvidx__get64(r + 24);
+    c = kvidx__get64(r + 32);
+    d = kvidx__get64(r + 40);
+    if (r[0] == 255) {
+      XXH3_64bits_update(&st, r, 40);
+      if (a != count || d != XXH3_64bits_digest(&st) || r[1] || r[2] || r[3] || rank || worker || b || c)
+        return KVIDX_ECORRUPT;
+      return KVIDX_OK;
+    }
+    XXH3_64bits_update(&st, r, sizeof r);
+    count++;
+    if (r[3]) return KVIDX_ECORRUPT;
+    if (r[0] == 1) {
+      kvidx_block blk;
+      if (r[1] > KVIDX_TIER_DISK || r[2] > 1 || (!r[2] && a) || (d && ix->evict != KVIDX_EVICT_EXPIRY))
+        return KVIDX_ECORRUPT;
+      blk.local = b;
+      blk.seq = c;
+      rc = kvidx__store(ix, worker, rank, r[2] ? &a : NULL, &blk, 1, r[1], d);
+      if (rc == KVIDX_ENOPARENT) return KVIDX_ECORRUPT; /* parents come first in a sound snapshot */
+      if (rc != KVIDX_OK) return rc;
+    } else if (r[0] == 2) {
+      if (r[1] != KVIDX_TIER_ALL || r[2] || b || c || d) return KVIDX_ECORRUPT;
+      if (kvidx__remove(ix, worker, rank, &a, 1, KVIDX_TIER_ALL) != KVIDX_OK) return KVIDX_ECORRUPT;
+    } else if (r[0] == 3) {
+      kvidx__evid *e;
+      if (r[1] || r[2] || b || c || d || kvidx__ev_find(ix, worker, rank)) return KVIDX_ECORRUPT;
+      kvidx__lock(ix);
+      e = kvidx__ev_put(ix, worker, rank);
+      e->last = a;
+      kvidx__unlock(ix);
+    } else {
+      return KVIDX_ECORRUPT;
+    }
+  }
+}
+
+KVIDX_DEF int kvidx_snapshot_read(kvidx *ix, kvidx_read_fn read, void *ctx) {
+  kvidx_stats st;
+  int rc;
+  if (!ix || !read) return KVIDX_EINVAL;
+  kvidx_get_stats(ix, &st);
+  if (st.blocks || ix->evtab_n) return KVIDX_EINVAL; /* the target must be empty */
+  rc = kvidx__snap_read_all(ix, read, ctx);
+  if (rc != KVIDX_OK) kvidx__empty(ix);
+  return rc;
 }
 
 #endif /* KVIDX__IMPLEMENTED */
