@@ -76,6 +76,21 @@
  *   KVIDX_REFERENCE   the naive nested-map model that defines the semantics:
  *                     a correctness oracle for your own tests.  Slow.
  *
+ * PRODUCTION EVENTS (see the declarations for details)
+ *   kvidx_apply(ix, &ev)       one engine event with its id: gaps (KVIDX_GAP,
+ *                              ask for a replay), duplicates (ignored), ids
+ *                              going backwards (engine restart: old blocks
+ *                              dropped first), storage tiers (a host-tier
+ *                              Removed keeps the device copy).
+ *   kvidx_find_matches_tiered  depth on any tier + device blocks per worker.
+ *   cfg.evict, cfg.max_blocks  bounded memory: refuse (EFULL), or prune least
+ *                              recently stored first (deepest first), or by
+ *                              earliest expiry (approximate/TTL mode:
+ *                              kvidx_store_ttl, kvidx_expire(ix, now)).
+ *   kvidx_dump / kvidx_snapshot_write / kvidx_snapshot_read
+ *                              rebuild the holdings in a fresh index of any
+ *                              kind (warm restart of a router).
+ *
  * THREADING
  *   See the "concurrency" section below the API for the full contract.
  *   Short form: any number of threads may call kvidx_find_matches at any time;
@@ -87,7 +102,9 @@
  *
  * CHANGELOG
  *   0.1.0  first release: hashing, reference model, radix and positional
- *          indexes, caller-buffer mode, seqlock reader path.
+ *          indexes, caller-buffer mode, seqlock reader path, event ids,
+ *          storage tiers, eviction policies and TTL mode, dumps and binary
+ *          snapshots.
  *
  * LICENSE: MIT or public domain, your choice.
  */
