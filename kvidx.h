@@ -224,11 +224,11 @@ typedef struct {
                            max_blocks (buffer mode)                          */
   uint32_t jump;        /* positional jump size, 1..KVIDX_JUMP_MAX; 0 = 16   */
   uint32_t flags;       /* reserved, must be 0                               */
-  int evict;            /* KVIDX_EVICT_*; 0 = none                           */
-  uint32_t evict_target_pct; /* prune down to this % of max_blocks; 0 = 80  */
   kvidx_alloc_fn alloc; /* NULL = KVIDX_MALLOC                               */
   kvidx_free_fn free;   /* NULL = KVIDX_FREE (must be set iff alloc is)      */
   void *alloc_ctx;
+  int evict;            /* KVIDX_EVICT_*; 0 = none (needs max_blocks)        */
+  uint32_t evict_target_pct; /* prune down to this % of max_blocks; 0 = 80  */
 } kvidx_config;
 
 #define KVIDX_BUFFER_DEFAULT_BLOCKS 65536u

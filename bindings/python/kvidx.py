@@ -64,6 +64,7 @@ class _Config(ctypes.Structure):
         ("kind", ctypes.c_int), ("max_workers", _U32), ("max_blocks", _SZ),
         ("max_entries", _SZ), ("jump", _U32), ("flags", _U32),
         ("alloc", _P), ("free", _P), ("alloc_ctx", _P),
+        ("evict", ctypes.c_int), ("evict_target_pct", _U32),
     ]
 
 
