@@ -2093,18 +2093,21 @@ KVIDX__PRIV void kvidx__tier_find(const kvidx *ix, kvidx__rctx *rc, const uint64
 /* 6. Concurrency: the contract and why the reader path is safe              */
 /* ========================================================================== */
 /* Contract.
- *  - kvidx_find_matches, kvidx_worker_blocks and kvidx_get_stats may run on
- *    any number of threads at any time, beside the writers below, for
- *    KVIDX_RADIX and KVIDX_POSITIONAL.  find_matches is lock-free: it takes no
- *    lock, writes no shared memory, never blocks a writer.  (worker_blocks and
- *    get_stats read writer counters racily: a value from some recent moment.)
- *  - kvidx_store / remove / clear / remove_worker: events of one worker from
+ *  - kvidx_find_matches, _ex and _tiered may run on any number of threads at
+ *    any time, beside the writers below, for KVIDX_RADIX and
+ *    KVIDX_POSITIONAL: lock-free, no lock, no shared writes, never blocking a
+ *    writer.  kvidx_worker_blocks, kvidx_get_stats and kvidx_last_event_id
+ *    may also be called at any time: they read writer state under the
+ *    writer lock (briefly).  kvidx_dump and kvidx_snapshot_write hold the
+ *    writer lock while they run (readers go on, writers wait).
+ *  - kvidx_store / _ttl / remove / clear / remove_worker / apply / expire:
+ *    events of one worker from
  *    one thread at a time (sticky routing), in order; events of different
  *    workers may come from different threads at once.  Writers serialize on
  *    one short internal spinlock (the shared entry table and pools are one
- *    structure); readers never touch it.
- *  - create / init_buffer / destroy / kvidx__check: no other call at the
- *    same time.  KVIDX_REFERENCE and KVIDX_NO_THREADS builds: one thread.
+ *    structure); find_matches never touches it.
+ *  - create / init_buffer / destroy / snapshot_read / kvidx__check: no other
+ *    call at the same time.  KVIDX_REFERENCE and KVIDX_NO_THREADS builds: one thread.
  * What a reader sees.  Each probed entry is a consistent snapshot (its
  * seqlock version was even and unchanged around the copy), so bitsets are
  * never torn.  A worker whose blocks did not change during the query gets its
@@ -2499,11 +2502,15 @@ KVIDX_DEF int kvidx_apply(kvidx *ix, const kvidx_event *ev) {
 
 KVIDX_DEF int kvidx_last_event_id(const kvidx *ix, uint64_t worker_id, uint32_t dp_rank, uint64_t *out) {
   const kvidx__evid *e;
+  int rc = KVIDX_ENOENT;
   if (!ix || !out) return KVIDX_EINVAL;
-  e = kvidx__ev_find(ix, worker_id, dp_rank);
-  if (!e) return KVIDX_ENOENT;
-  *out = e->last;
-  return KVIDX_OK;
+  kvidx__lock(KVIDX__MUT(ix));
+  if ((e = kvidx__ev_find(ix, worker_id, dp_rank)) != NULL) {
+    *out = e->last;
+    rc = KVIDX_OK;
+  }
+  kvidx__unlock(KVIDX__MUT(ix));
+  return rc;
 }
 
 KVIDX_DEF int kvidx_tier_from_name(const char *m) {
@@ -2593,8 +2600,14 @@ KVIDX_DEF size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
   return m;
 }
 
+/* Counters are writer state: these short calls take the writer lock. */
 KVIDX_DEF size_t kvidx_worker_blocks(const kvidx *ix, uint64_t worker_id, uint32_t dp_rank) {
-  return ix ? kvidx__blocks_of(ix, worker_id, dp_rank) : 0;
+  size_t n;
+  if (!ix) return 0;
+  kvidx__lock(KVIDX__MUT(ix));
+  n = kvidx__blocks_of(ix, worker_id, dp_rank);
+  kvidx__unlock(KVIDX__MUT(ix));
+  return n;
 }
 
 KVIDX__PRIV size_t kvidx__blocks_of(const kvidx *ix, uint64_t worker_id, uint32_t dp_rank) {
@@ -2609,6 +2622,7 @@ KVIDX__PRIV size_t kvidx__blocks_of(const kvidx *ix, uint64_t worker_id, uint32_
 
 KVIDX_DEF int kvidx_get_stats(const kvidx *ix, kvidx_stats *st) {
   if (!ix || !st) return KVIDX_EINVAL;
+  kvidx__lock(KVIDX__MUT(ix));
   memset(st, 0, sizeof *st);
   st->bytes = ix->bytes;
   st->peak_bytes = ix->peak;
@@ -2620,6 +2634,7 @@ KVIDX_DEF int kvidx_get_stats(const kvidx *ix, kvidx_stats *st) {
     st->workers = ix->slots_used;
     st->entries = ix->ent_count;
   }
+  kvidx__unlock(KVIDX__MUT(ix));
   return KVIDX_OK;
 }
 
@@ -3067,6 +3082,10 @@ typedef struct {
 } kvidx__snapw;
 
 KVIDX__PRIV void kvidx__put64(unsigned char *p, uint64_t v) { kvidx__le64(p, v); }
+KVIDX__PRIV uint32_t kvidx__get32(const unsigned char *p) {
+  return KVIDX__CAST(uint32_t, p[0]) | KVIDX__CAST(uint32_t, p[1]) << 8 | KVIDX__CAST(uint32_t, p[2]) << 16 |
+         KVIDX__CAST(uint32_t, p[3]) << 24;
+}
 KVIDX__PRIV uint64_t kvidx__get64(const unsigned char *p) {
   uint64_t v = 0;
   int i;
@@ -3170,7 +3189,7 @@ KVIDX__PRIV int kvidx__snap_read_all(kvidx *ix, kvidx_read_fn read, void *ctx) {
   if (read(ctx, h, sizeof h) != sizeof h) return KVIDX_ETRUNCATED;
   if (memcmp(h, "KVIDXSNP", 8)) return KVIDX_ECORRUPT;
   if (kvidx__get64(h + 8) != (KVIDX__SNAP_VERSION | (KVIDX__CAST(uint64_t, KVIDX__SNAP_REC) << 32)))
-    return (h[8] | h[9] << 8 | h[10] << 16 | KVIDX__CAST(uint32_t, h[11]) << 24) != KVIDX__SNAP_VERSION
+    return kvidx__get32(h + 8) != KVIDX__SNAP_VERSION
                ? KVIDX_EVERSION
                : KVIDX_ECORRUPT;
   if (kvidx__get64(h + 16)) return KVIDX_ECORRUPT;
@@ -3180,7 +3199,7 @@ KVIDX__PRIV int kvidx__snap_read_all(kvidx *ix, kvidx_read_fn read, void *ctx) {
     uint64_t worker, a, b, c, d;
     int rc;
     if (read(ctx, r, sizeof r) != sizeof r) return KVIDX_ETRUNCATED;
-    rank = r[4] | r[5] << 8 | r[6] << 16 | KVIDX__CAST(uint32_t, r[7]) << 24;
+    rank = kvidx__get32(r + 4);
     worker = kvidx__get64(r + 8);
     a = kvidx__get64(r + 16);
     b = kvidx__get64(r + 24);
