@@ -19,6 +19,7 @@
 static kvidx *ix;
 static uint64_t queries[NQ][QLEN];
 static uint32_t expect[NQ][NSTATIC]; /* exact depth of each static worker */
+static size_t static_blocks[NSTATIC];
 static double deadline;
 static int nwriters = 2, nreaders = 2;
 static long max_ops = 2000000;
@@ -48,9 +49,21 @@ static void *reader(void *arg) {
     int q = (int)(rnd(&s) % NQ), i, j;
     size_t m;
     uint32_t seen[NSTATIC] = {0};
-    if (kvidx_find_matches_ex(ix, queries[q], QLEN, sc, NSTATIC + 64, &m) == KVIDX_EAGAIN) {
+    if (n % 8 == 7) { /* the tiered query: same depths (everything is on the device tier) */
+      kvidx_tier_score ts[NSTATIC + 64];
+      m = kvidx_find_matches_tiered(ix, queries[q], QLEN, ts, NSTATIC + 64);
+      for (i = 0; i < (int)m && i < NSTATIC + 64; i++) {
+        if (ts[i].device_blocks > ts[i].depth) fail("more device blocks than depth", q);
+        sc[i].worker_id = ts[i].worker_id, sc[i].dp_rank = ts[i].dp_rank, sc[i].depth = ts[i].depth;
+      }
+    } else if (kvidx_find_matches_ex(ix, queries[q], QLEN, sc, NSTATIC + 64, &m) == KVIDX_EAGAIN) {
       gave_up++; /* allowed, but reported: a writer stalled for about a second */
       continue;
+    }
+    if (n % 512 == 511) { /* counters under the writer lock: never torn */
+      kvidx_stats st;
+      if (kvidx_get_stats(ix, &st) != KVIDX_OK || st.workers > NSTATIC + 64) fail("stats", q);
+      if (kvidx_worker_blocks(ix, (uint64_t)(q % NSTATIC), 0) != static_blocks[q % NSTATIC]) fail("static block count", q);
     }
     if (m > NSTATIC + 64) m = NSTATIC + 64; /* never more workers than that exist */
     for (i = 0; i < (int)m; i++) {
@@ -136,6 +149,7 @@ int main(int argc, char **argv) {
         kvidx_remove(ref, (uint64_t)w, 0, &seq[len / 2], 1);
       }
     }
+    for (w = 0; w < NSTATIC; w++) static_blocks[w] = kvidx_worker_blocks(ix, (uint64_t)w, 0);
     for (q = 0; q < NQ; q++) {
       kvidx_score sc[NSTATIC];
       size_t m = kvidx_find_matches(ref, queries[q], QLEN, sc, NSTATIC);
