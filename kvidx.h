@@ -574,6 +574,8 @@ typedef struct { /* (slot, seq) -> the block a worker holds              */
   uint32_t lnext, lprev; /* the worker's list of records (for Cleared)  */
   uint32_t tiers;  /* bit per KVIDX_TIER_* the worker holds it on       */
   uint32_t hpos;   /* position in the eviction heap                     */
+  uint32_t er, pr; /* this worker's records of entry and parent (ids are
+                      stable: both live at least as long as this one)   */
   uint64_t k1, k2; /* eviction order (min first); present only when
                       cfg.evict is set: the pool's record size says so  */
 } kvidx__srec;
@@ -1513,14 +1515,16 @@ KVIDX__PRIV void kvidx__ent_maybe_free(kvidx *ix, uint32_t id) {
 }
 
 /* ---- worker <-> entry records: multiplicity, children, orphans ----------- */
-KVIDX__PRIV kvidx__erec *kvidx__erec_get(kvidx *ix, uint32_t s, uint32_t entry, int fresh) {
+#define KVIDX__EREC(ix, id) (KVIDX__RCAST(kvidx__erec *, KVIDX__REC(&(ix)->E, id)))
+
+/* The record of (s, entry), created if missing; returns its id. */
+KVIDX__PRIV uint32_t kvidx__erec_get(kvidx *ix, uint32_t s, uint32_t entry, int fresh) {
+  uint32_t id;
   /* fresh: the entry was just created, no worker can have a record yet */
-  kvidx__erec *r = fresh ? NULL : KVIDX__RCAST(kvidx__erec *, kvidx__pool_find(&ix->E, s, entry, NULL));
-  if (!r) {
-    r = KVIDX__RCAST(kvidx__erec *, KVIDX__REC(&ix->E, kvidx__pool_add(&ix->E, s, entry)));
-    kvidx__ent_at(ix, entry)->refs++;
-  }
-  return r;
+  if (!fresh && kvidx__pool_find(&ix->E, s, entry, &id)) return id;
+  id = kvidx__pool_add(&ix->E, s, entry);
+  kvidx__ent_at(ix, entry)->refs++;
+  return id;
 }
 
 KVIDX__PRIV void kvidx__erec_maybe_drop(kvidx *ix, uint32_t rid) {
@@ -1585,13 +1589,13 @@ KVIDX__PRIV void kvidx__dev_add(kvidx *ix, uint32_t s, uint32_t e, kvidx__erec *
 }
 
 /* Worker s takes block (seq) as entry e under parent entry p, on one tier,
- * with eviction keys k1/k2.  *prev is the record of p when the caller has it
- * (a run's previous block), and returns the record of e, saving a lookup per
- * block of a run. */
+ * with eviction keys k1/k2.  *prev is the record id of p when the caller has
+ * it (a run's previous block; KVIDX__NONE if not), and returns the record id
+ * of e, saving a lookup per block of a run. */
 KVIDX__PRIV void kvidx__hold(kvidx *ix, uint32_t s, uint64_t seq, uint32_t e, int fresh, uint32_t p,
-                             kvidx__erec **prev, int tier, uint64_t k1, uint64_t k2) {
+                             uint32_t *prev, int tier, uint64_t k1, uint64_t k2) {
   kvidx__slot *sl = &ix->slots[s];
-  uint32_t rid = kvidx__pool_add(&ix->S, s, seq);
+  uint32_t rid = kvidx__pool_add(&ix->S, s, seq), eid;
   kvidx__srec *r = KVIDX__SREC(ix, rid);
   kvidx__erec *er;
   r->entry = e;
@@ -1610,22 +1614,27 @@ KVIDX__PRIV void kvidx__hold(kvidx *ix, uint32_t s, uint64_t seq, uint32_t e, in
     r->hpos = ix->heap_n++;
     kvidx__heap_up(ix, r->hpos);
   }
-  if (p != KVIDX__NONE) (*prev ? *prev : kvidx__erec_get(ix, s, p, 0))->children++; /* p is held: no orphan */
-  er = kvidx__erec_get(ix, s, e, fresh); /* records never move within a call: room was reserved */
+  r->pr = KVIDX__NONE;
+  if (p != KVIDX__NONE) { /* p is held: no orphan */
+    r->pr = *prev != KVIDX__NONE ? *prev : kvidx__erec_get(ix, s, p, 0);
+    KVIDX__EREC(ix, r->pr)->children++;
+  }
+  r->er = eid = kvidx__erec_get(ix, s, e, fresh); /* records never move within a call: room was reserved */
+  er = KVIDX__EREC(ix, eid);
   if (er->mult++ == 0) {
     kvidx__ent_setbit(ix, e, s, 1, 0);
     kvidx__orphans_add(ix, s, 0, er->children); /* whole again: unmark after the bit */
   }
   if (tier == KVIDX_TIER_DEVICE) kvidx__dev_add(ix, s, e, er, 1);
-  *prev = er;
+  *prev = eid;
 }
 
 /* Worker s lets go of the block of seq record rid (every tier). */
 KVIDX__PRIV void kvidx__unhold(kvidx *ix, uint32_t s, uint32_t rid) {
   kvidx__slot *sl = &ix->slots[s];
   kvidx__srec *r = KVIDX__SREC(ix, rid);
-  uint32_t e = r->entry, p = r->parent, eid = 0, pid = 0;
-  kvidx__erec *er = KVIDX__RCAST(kvidx__erec *, kvidx__pool_find(&ix->E, s, e, &eid));
+  uint32_t e = r->entry, p = r->parent, eid = r->er, pid = r->pr;
+  kvidx__erec *er = KVIDX__EREC(ix, eid);
   if (r->tiers & (1u << KVIDX_TIER_DEVICE)) kvidx__dev_add(ix, s, e, er, 0);
   if (ix->evict) kvidx__heap_del(ix, rid);
   if (r->lprev != KVIDX__NONE) KVIDX__SREC(ix, r->lprev)->lnext = r->lnext;
@@ -1641,7 +1650,7 @@ KVIDX__PRIV void kvidx__unhold(kvidx *ix, uint32_t s, uint32_t rid) {
     kvidx__ent_setbit(ix, e, s, 0, 0);
   }
   if (p != KVIDX__NONE) {
-    kvidx__erec *pr = KVIDX__RCAST(kvidx__erec *, kvidx__pool_find(&ix->E, s, p, &pid));
+    kvidx__erec *pr = KVIDX__EREC(ix, pid);
     pr->children--;
     if (!pr->mult) kvidx__orphans_add(ix, s, 0, 1); /* it was an orphan itself */
     /* drop e's record before p's: p may be e's radix parent */
@@ -1656,8 +1665,7 @@ KVIDX__PRIV void kvidx__unhold(kvidx *ix, uint32_t s, uint32_t rid) {
 KVIDX__PRIV void kvidx__add_tier(kvidx *ix, uint32_t s, kvidx__srec *r, int tier) {
   if (r->tiers & (1u << tier)) return;
   r->tiers |= 1u << tier;
-  if (tier == KVIDX_TIER_DEVICE)
-    kvidx__dev_add(ix, s, r->entry, KVIDX__RCAST(kvidx__erec *, kvidx__pool_find(&ix->E, s, r->entry, NULL)), 1);
+  if (tier == KVIDX_TIER_DEVICE) kvidx__dev_add(ix, s, r->entry, KVIDX__EREC(ix, r->er), 1);
 }
 
 /* A held block loses one tier's copy (or all); 0 if it had no such copy. */
@@ -1670,8 +1678,7 @@ KVIDX__PRIV int kvidx__drop_tier(kvidx *ix, uint32_t s, uint32_t rid, int tier) 
   }
   if (!(r->tiers & (1u << tier))) return 0;
   r->tiers &= ~(1u << tier);
-  if (tier == KVIDX_TIER_DEVICE)
-    kvidx__dev_add(ix, s, r->entry, KVIDX__RCAST(kvidx__erec *, kvidx__pool_find(&ix->E, s, r->entry, NULL)), 0);
+  if (tier == KVIDX_TIER_DEVICE) kvidx__dev_add(ix, s, r->entry, KVIDX__EREC(ix, r->er), 0);
   return 1;
 }
 
@@ -1745,7 +1752,7 @@ KVIDX__PRIV int kvidx__heap_reserve(kvidx *ix, size_t need) {
 KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uint64_t *parent,
                                 const kvidx_block *b, size_t n, int tier, uint64_t expires) {
   uint32_t s = kvidx__slot_find(ix, id, rank), pe = KVIDX__NONE, prid = KVIDX__NONE, added = 0;
-  kvidx__erec *prev = NULL; /* the record of pe, once known */
+  uint32_t prev = KVIDX__NONE; /* the record of pe, once known */
   uint64_t stamp = ++ix->stamp;
   size_t i, lim = ix->max_blocks < n ? 0 : ix->max_blocks - n;
   int rc;
@@ -1787,7 +1794,7 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
       const kvidx__srec *held = KVIDX__RCAST(const kvidx__srec *, kvidx__pool_find(&ix->S, s, b[i].seq, NULL));
       if (held) { /* the run goes on from the held block */
         pe = held->entry;
-        prev = NULL;
+        prev = held->er;
         saw_held = 1;
         continue;
       }
@@ -2685,13 +2692,13 @@ KVIDX__PRIV int kvidx__check_records(kvidx *ix, int sign) {
     kvidx__erec *er, *pr;
     if (r->h.slot == KVIDX__NONE) continue;
     er = KVIDX__RCAST(kvidx__erec *, kvidx__pool_find(&ix->E, r->h.slot, r->entry, NULL));
-    KVIDX__CHK(er);
+    KVIDX__CHK(er && er == KVIDX__EREC(ix, r->er));
     KVIDX__CHK(r->tiers && r->tiers < 8u);
     er->mult = KVIDX__CAST(uint32_t, er->mult + KVIDX__CAST(uint32_t, sign));
     if (r->tiers & 1u) er->devmult = KVIDX__CAST(uint32_t, er->devmult + KVIDX__CAST(uint32_t, sign));
     if (r->parent != KVIDX__NONE) {
       pr = KVIDX__RCAST(kvidx__erec *, kvidx__pool_find(&ix->E, r->h.slot, r->parent, NULL));
-      KVIDX__CHK(pr);
+      KVIDX__CHK(pr && pr == KVIDX__EREC(ix, r->pr));
       pr->children = KVIDX__CAST(uint32_t, pr->children + KVIDX__CAST(uint32_t, sign));
     }
   }
