@@ -122,7 +122,11 @@ test-events-gcc-asan: $(BUILD)/test_events_asan
 test-events-clang: $(BUILD)/test_events_clang
 	$(BUILD)/test_events_clang
 
-CORE_PARTS := test-core-gcc test-core-gcc-asan test-compile test-interleave test-events-gcc-asan
+# the README's API reference lists every public function of the header
+test-api-docs:
+	sh tests/check_api_docs.sh kvidx.h README.md
+
+CORE_PARTS := test-core-gcc test-core-gcc-asan test-compile test-interleave test-events-gcc-asan test-api-docs
 ifneq ($(CLANG),)
 CORE_PARTS += test-core-clang test-core-clang-asan test-threads-tsan test-events-clang
 endif
