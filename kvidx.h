@@ -223,7 +223,7 @@ typedef struct {
   size_t max_entries;   /* most index entries; 0 = unlimited (heap) or
                            max_blocks (buffer mode)                          */
   uint32_t jump;        /* positional jump size, 1..KVIDX_JUMP_MAX; 0 = 16   */
-  uint32_t flags;       /* reserved, must be 0                               */
+  uint32_t flags;       /* KVIDX_F_*                                         */
   kvidx_alloc_fn alloc; /* NULL = KVIDX_MALLOC                               */
   kvidx_free_fn free;   /* NULL = KVIDX_FREE (must be set iff alloc is)      */
   void *alloc_ctx;
@@ -232,6 +232,11 @@ typedef struct {
 } kvidx_config;
 
 #define KVIDX_BUFFER_DEFAULT_BLOCKS 65536u
+/* cfg.flags: KVIDX_F_TIERS tracks host and disk copies (a second bitset per
+ * entry).  Without it the index holds device copies only: a Stored event on
+ * another tier is refused with KVIDX_ENOTSUP, and the tiered query reports
+ * every matched block as a device block. */
+#define KVIDX_F_TIERS 1u
 
 KVIDX_API int kvidx_create(kvidx **out, const kvidx_config *cfg);
 /* Caller-buffer mode: size needed for cfg (0 if cfg is invalid or the kind
@@ -290,7 +295,8 @@ typedef struct {
   uint32_t dp_rank;
   int type;                  /* KVIDX_EV_*                                   */
   int tier;                  /* KVIDX_TIER_*: Stored adds the block on this
-                                tier; Removed drops only this tier's copy
+                                tier (non-device tiers need KVIDX_F_TIERS);
+                                Removed drops only this tier's copy
                                 (KVIDX_TIER_ALL: every copy)                  */
   const uint64_t *parent;    /* Stored: parent seq, NULL = root              */
   const kvidx_block *blocks; /* Stored                                       */
@@ -315,9 +321,9 @@ KVIDX_API int kvidx_store_ttl(kvidx *ix, uint64_t worker_id, uint32_t dp_rank, c
 KVIDX_API int kvidx_expire(kvidx *ix, uint64_t now, size_t *removed);
 
 /* Per worker: depth matched on any tier, and how many of those blocks are on
- * the device tier (for cost models that weigh device hits above host hits).
- * Walks every matched position (no jumps).  Same order and return value as
- * kvidx_find_matches. */
+ * the device tier (for cost models that weigh device hits above host hits;
+ * without KVIDX_F_TIERS every block is a device block).  Walks every matched
+ * position (no jumps).  Same order and return value as kvidx_find_matches. */
 typedef struct {
   uint64_t worker_id;
   uint32_t dp_rank;
@@ -666,6 +672,7 @@ struct kvidx {
   uint32_t cap0, shift0, ent_cap, ent_hw, ent_count, ent_free;
   KVIDX__A(int) wlock;
   kvidx__ref *ref;
+  int tiers_on; /* KVIDX_F_TIERS: the device bitset exists */
   /* eviction (cfg.evict) */
   int evict;
   size_t evict_target;
@@ -1582,8 +1589,8 @@ KVIDX__PRIV void kvidx__heap_del(kvidx *ix, uint32_t rid) {
 /* Device-tier multiplicity: the entry's device bit follows devmult > 0. */
 KVIDX__PRIV void kvidx__dev_add(kvidx *ix, uint32_t s, uint32_t e, kvidx__erec *er, int up) {
   if (up) {
-    if (er->devmult++ == 0) kvidx__ent_setbit(ix, e, s, 1, 1);
-  } else if (--er->devmult == 0) {
+    if (er->devmult++ == 0 && ix->tiers_on) kvidx__ent_setbit(ix, e, s, 1, 1);
+  } else if (--er->devmult == 0 && ix->tiers_on) {
     kvidx__ent_setbit(ix, e, s, 0, 1);
   }
 }
@@ -1909,8 +1916,8 @@ KVIDX__PRIV int kvidx__probe(const kvidx *cix, kvidx__rctx *rc, uint32_t pos, ui
       if (match) {
         KVIDX__A(uint64_t) *src = kvidx__ent_bits(e);
         for (i = 0; i < nw; i++) bits[i] = kvidx__ld(&src[i]);
-        if (dev)
-          for (src = kvidx__ent_dev(ix, e), i = 0; i < nw; i++) dev[i] = kvidx__ld(&src[i]);
+        if (dev) /* without tiers every copy is a device copy */
+          for (src = ix->tiers_on ? kvidx__ent_dev(ix, e) : src, i = 0; i < nw; i++) dev[i] = kvidx__ld(&src[i]);
       }
       kvidx__fence_acq();
       v2 = kvidx__ld(&e->ver);
@@ -2144,7 +2151,8 @@ typedef struct {
 } kvidx__plan;
 
 KVIDX__PRIV int kvidx__plan_cfg(const kvidx_config *cfg, int buffer, kvidx__plan *pl) {
-  if (!cfg || cfg->kind < KVIDX_RADIX || cfg->kind > KVIDX_REFERENCE || cfg->flags) return KVIDX_EINVAL;
+  if (!cfg || cfg->kind < KVIDX_RADIX || cfg->kind > KVIDX_REFERENCE || (cfg->flags & ~KVIDX_F_TIERS))
+    return KVIDX_EINVAL;
   if ((cfg->alloc == NULL) != (cfg->free == NULL)) return KVIDX_EINVAL;
   pl->max_workers = cfg->max_workers ? cfg->max_workers
                                      : (KVIDX__DEFAULT_WORKERS < KVIDX_WORKERS_MAX ? KVIDX__DEFAULT_WORKERS
@@ -2153,7 +2161,8 @@ KVIDX__PRIV int kvidx__plan_cfg(const kvidx_config *cfg, int buffer, kvidx__plan
   pl->jump = cfg->jump ? cfg->jump : KVIDX__DEFAULT_JUMP;
   if (pl->jump > KVIDX_JUMP_MAX) return KVIDX_EINVAL;
   pl->nw = (pl->max_workers + 63) / 64;
-  pl->stride = KVIDX__CAST(uint32_t, sizeof(kvidx__ent) + 16 * pl->nw); /* any-tier + device bitsets */
+  /* the any-tier bitset, and the device bitset when tiers are tracked */
+  pl->stride = KVIDX__CAST(uint32_t, sizeof(kvidx__ent) + ((cfg->flags & KVIDX_F_TIERS) ? 16 : 8) * pl->nw);
   pl->slot_map_n = kvidx__pow2(2 * KVIDX__CAST(uint64_t, pl->max_workers));
   pl->max_blocks = cfg->max_blocks ? cfg->max_blocks
                                    : buffer ? KVIDX_BUFFER_DEFAULT_BLOCKS : KVIDX__ID_LIMIT / 2;
@@ -2208,6 +2217,7 @@ KVIDX__PRIV kvidx *kvidx__setup(const kvidx_config *cfg, const kvidx__plan *pl, 
   ix->evtab_mask = pl->evtab_n - 1;
   mem += kvidx__align(sizeof(kvidx__evid) * pl->evtab_n);
   ix->evict = cfg->evict;
+  ix->tiers_on = (cfg->flags & KVIDX_F_TIERS) != 0;
   ix->evict_target = pl->max_blocks * (cfg->evict_target_pct ? cfg->evict_target_pct : 80) / 100;
   for (i = 0; i < pl->max_workers; i++) {
     ix->slots[i].free_next = i + 1 < pl->max_workers ? i + 1 : KVIDX__NONE;
@@ -2347,6 +2357,7 @@ KVIDX__PRIV int kvidx__store(kvidx *ix, uint64_t worker_id, uint32_t dp_rank, co
                              const kvidx_block *b, size_t n, int tier, uint64_t expires) {
   int rc;
   if (!ix || (n && !b) || tier < KVIDX_TIER_DEVICE || tier > KVIDX_TIER_DISK) return KVIDX_EINVAL;
+  if (tier != KVIDX_TIER_DEVICE && !ix->tiers_on) return KVIDX_ENOTSUP;
   if (ix->kind == KVIDX_REFERENCE) return kvidx__ref_store(ix, worker_id, dp_rank, parent_seq, b, n, tier, expires);
   kvidx__lock(ix);
   rc = kvidx__ix_store(ix, worker_id, dp_rank, parent_seq, b, n, tier, expires);
@@ -2483,6 +2494,7 @@ KVIDX_DEF int kvidx_apply(kvidx *ix, const kvidx_event *ev) {
                                                                 (ev->tier < KVIDX_TIER_DEVICE || ev->tier > KVIDX_TIER_DISK))))
     return KVIDX_EINVAL;
   if (ev->type == KVIDX_EV_STORED && ev->expires_at && ix->evict != KVIDX_EVICT_EXPIRY) return KVIDX_ENOTSUP;
+  if (ev->type == KVIDX_EV_STORED && ev->tier != KVIDX_TIER_DEVICE && !ix->tiers_on) return KVIDX_ENOTSUP;
   kvidx__lock(ix);
   e = kvidx__ev_find(ix, ev->worker_id, ev->dp_rank);
   if (e && ev->event_id == e->last) {
@@ -2715,7 +2727,9 @@ KVIDX__PRIV int kvidx__check_adjust(kvidx *ix, int sign) {
       kvidx__ent *e = kvidx__ent_at(ix, KVIDX__CAST(uint32_t, er->h.key));
       e->refs = KVIDX__CAST(uint32_t, e->refs + KVIDX__CAST(uint32_t, sign));
       if (((kvidx__ld(&kvidx__ent_bits(e)[er->h.slot >> 6]) >> (er->h.slot & 63)) & 1) != (er->mult != 0) ||
-          ((kvidx__ld(&kvidx__ent_dev(ix, e)[er->h.slot >> 6]) >> (er->h.slot & 63)) & 1) != (er->devmult != 0) ||
+          (ix->tiers_on &&
+           ((kvidx__ld(&kvidx__ent_dev(ix, e)[er->h.slot >> 6]) >> (er->h.slot & 63)) & 1) != (er->devmult != 0)) ||
+          (!ix->tiers_on && er->devmult != er->mult) ||
           er->devmult > er->mult)
         bad++; /* the entry's bits must say whether the worker holds it (on the device) */
     }
@@ -2758,7 +2772,7 @@ KVIDX__PRIV int kvidx__check_entries(kvidx *ix) {
       }
       for (w = 0; w < ix->nw; w++) { /* a set bit has a holding record */
         uint64_t bits = kvidx__ld(&kvidx__ent_bits(e)[w]);
-        KVIDX__CHK((kvidx__ld(&kvidx__ent_dev(ix, e)[w]) & ~bits) == 0);
+        KVIDX__CHK(!ix->tiers_on || (kvidx__ld(&kvidx__ent_dev(ix, e)[w]) & ~bits) == 0);
         while (bits) {
           uint32_t sl = w * 64 + kvidx__ctz64(bits);
           const kvidx__erec *er = KVIDX__RCAST(const kvidx__erec *, kvidx__pool_find(&ix->E, sl, id - 1, NULL));

@@ -16,6 +16,7 @@ static kvidx *mk(int kind, uint32_t workers, size_t max_blocks, int evict, uint3
   c.evict = evict;
   c.evict_target_pct = pct;
   c.jump = 3;
+  c.flags = KVIDX_F_TIERS;
   if (kvidx_create(&ix, &c) != KVIDX_OK) {
     fprintf(stderr, "create failed\n");
     exit(2);
@@ -160,6 +161,27 @@ static void test_tiers(int kind) {
   CHECK_EQ(dev, 0);
   CHECK_EQ(kvidx__check(ix), 0);
   kvidx_destroy(ix);
+  { /* without KVIDX_F_TIERS: device copies only */
+    kvidx_config c;
+    memset(&c, 0, sizeof c);
+    c.kind = kind;
+    CHECK_EQ(kvidx_create(&ix, &c), KVIDX_OK);
+    e = ev_store(1, 5, NULL, b, 4, KVIDX_TIER_HOST);
+    CHECK_EQ(kvidx_apply(ix, &e), KVIDX_ENOTSUP);
+    CHECK_EQ(kvidx_worker_blocks(ix, 5, 0), 0);
+    e = ev_store(1, 5, NULL, b, 4, KVIDX_TIER_DEVICE);
+    CHECK_EQ(kvidx_apply(ix, &e), KVIDX_OK);
+    CHECK_EQ(depth_of(ix, L, 4, 5, &dev), 4);
+    CHECK_EQ(dev, 4);
+    e = ev_remove(2, 5, &b[3].seq, 1, KVIDX_TIER_HOST); /* there is no host copy */
+    CHECK_EQ(kvidx_apply(ix, &e), KVIDX_ENOENT);
+    e = ev_remove(3, 5, &b[3].seq, 1, KVIDX_TIER_DEVICE);
+    CHECK_EQ(kvidx_apply(ix, &e), KVIDX_OK);
+    CHECK_EQ(depth_of(ix, L, 4, 5, &dev), 3);
+    CHECK_EQ(dev, 3);
+    CHECK_EQ(kvidx__check(ix), 0);
+    kvidx_destroy(ix);
+  }
 }
 
 /* ---- eviction ---------------------------------------------------------------- */
