@@ -1774,7 +1774,9 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
   if (ix->evict && ix->blocks > lim && n + (parent != NULL) > ix->max_blocks) return KVIDX_EFULL;
   /* reserve first: after this, only the semantic limits can refuse */
   if ((rc = kvidx__pool_reserve(ix, &ix->S, n, ix->max_blocks)) != KVIDX_OK ||
-      (rc = kvidx__pool_reserve(ix, &ix->E, 2 * n, 2 * ix->max_blocks)) != KVIDX_OK ||
+      /* a run needs at most n + 1 worker records: one per new block, plus
+       * one for its first parent; later parents are the run's own blocks */
+      (rc = kvidx__pool_reserve(ix, &ix->E, n + 1, 2 * ix->max_blocks)) != KVIDX_OK ||
       (rc = kvidx__ent_reserve(ix, n)) != KVIDX_OK ||
       (rc = kvidx__heap_reserve(ix, ix->S.count + n < ix->max_blocks ? ix->S.count + n : ix->max_blocks)) != KVIDX_OK)
     return rc;
