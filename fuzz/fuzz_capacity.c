@@ -3,8 +3,9 @@
  * The subject index runs either in caller-buffer mode (kvidx_buffer_size +
  * kvidx_init_buffer, tiny capacities, any alignment, an exactly sized buffer)
  * or in heap mode with an allocation hook that fails at fuzzer-chosen points.
- * The oracle is a reference-kind index (heap, no block cap) fed only the ops
- * the subject accepted: after every op that failed with KVIDX_EFULL or
+ * The oracle is a reference-kind index (heap; the same max_workers,
+ * max_blocks and eviction policy, no entry cap) fed only the ops the subject
+ * accepted: after every op that failed with KVIDX_EFULL or
  * KVIDX_ENOMEM the two must answer every query alike, have the same
  * worker_blocks and stats, and the subject must pass kvidx__check.  Ops the
  * subject accepted must give the oracle's status.  Also checked: ENOMEM only
@@ -14,7 +15,8 @@
  * nothing, ever; the hook's free gets the size given to alloc; a failed
  * create leaks nothing; destroy frees everything.
  *
- * Input: byte 0 mode (bit 0: 0 buffer, 1 heap) and kind ((b >> 1) % 3);
+ * Input: byte 0 mode (bit 0: 0 buffer, 1 heap), kind (((b >> 1) & 3) % 3), bit 4
+ * LRS eviction, bit 5 evict_target_pct 50;
  * byte 1 max_workers; byte 2 max_blocks; byte 3 max_entries; byte 4 jump;
  * byte 5 buffer misalignment / failing allocation during create; then ops as
  * in fuzz_ops (fuzz_common.h), where an op code of 15 is instead "arm the
@@ -117,7 +119,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint8_t c0 = fz_u8(&r), c1 = fz_u8(&r), c2 = fz_u8(&r), c3 = fz_u8(&r), c4 = fz_u8(&r),
           c5 = fz_u8(&r);
   int heap = c0 & 1;
-  int kind = (c0 >> 1) % 3;
+  int kind = ((c0 >> 1) & 3) % 3;
   kvidx_config cfg;
   memset(&cfg, 0, sizeof cfg);
   cfg.kind = kind;
@@ -125,6 +127,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   cfg.max_blocks = (c2 & 0x80) && heap ? 0 : 1 + (size_t)(c2 & 63);
   cfg.max_entries = (c3 & 0x80) ? 1 + (size_t)(c3 & 63) : 0;
   cfg.jump = 1 + (uint32_t)(c4 % 64);
+  /* c0 bit 4: LRS eviction (with a block cap), c0 bit 5: evict_target_pct 50 */
+  cfg.evict = (c0 & 0x10) && cfg.max_blocks ? KVIDX_EVICT_LRS : KVIDX_EVICT_NONE;
+  cfg.evict_target_pct = cfg.evict && (c0 & 0x20) ? 50 : 0;
+#ifdef FUZZ_AVOID_BUG1
+  /* BUGS.md bug 1 (eviction, then an EFULL from the worker or entry cap
+   * keeps the evictions):
+   * build with -DFUZZ_AVOID_BUG1 to fuzz past it until it is fixed */
+  if (cfg.evict) {
+    cfg.max_entries = 64 * cfg.max_blocks;
+    cfg.max_workers = 4096;
+  }
+#endif
   const char *sn = heap ? "heap" : "buffer";
 
   memset(&hk, 0, offsetof(hook_t, live));
@@ -176,13 +190,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       FZ_FAIL("kvidx_create(kind=%s, max_workers=%u, max_blocks=%zu, max_entries=%zu) = %d",
               fz_kind_name(kind), cfg.max_workers, cfg.max_blocks, cfg.max_entries, st);
   }
-  FZ_LOG("config: %s kind=%s max_workers=%u max_blocks=%zu max_entries=%zu jump=%u\n", sn,
-         fz_kind_name(kind), cfg.max_workers, cfg.max_blocks, cfg.max_entries, cfg.jump);
+  FZ_LOG("config: %s kind=%s max_workers=%u max_blocks=%zu max_entries=%zu jump=%u evict=%d pct=%u\n", sn,
+         fz_kind_name(kind), cfg.max_workers, cfg.max_blocks, cfg.max_entries, cfg.jump, cfg.evict,
+         cfg.evict_target_pct);
 
   kvidx_config oc;
   memset(&oc, 0, sizeof oc);
   oc.kind = KVIDX_REFERENCE;
   oc.max_workers = cfg.max_workers;
+  oc.max_blocks = cfg.max_blocks; /* the semantic caps; not max_entries */
+  oc.evict = cfg.evict;
+  oc.evict_target_pct = cfg.evict_target_pct;
   kvidx *orc = NULL;
   if (kvidx_create(&orc, &oc) != KVIDX_OK) FZ_FAIL("oracle create failed");
 
@@ -195,6 +213,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (code % 16 == 15) { /* arm the hook */
       uint8_t a = fz_u8(&r);
       disarm();
+#ifdef FUZZ_AVOID_BUG1
+      if (cfg.evict && kind == KVIDX_REFERENCE) { /* bug 1, ENOMEM after a prune */
+        nops++;
+        continue;
+      }
+#endif
       if (a < 128) { /* the a % 16-th next allocation fails, a / 16 + 1 in a row */
         hk.fail_from = hk.count + (a & 15);
         hk.fail_to = hk.fail_from + 1 + (a >> 4);
@@ -212,17 +236,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     hk.failed = 0;
     switch (op.type) {
     case FZ_STORE: {
-      const uint64_t *par = op.has_parent ? &op.parent : NULL;
-      const kvidx_block *b = op.n ? op.b : NULL;
       int held_before = kvidx_worker_blocks(orc, op.wid, op.dp) != 0;
       kvidx_stats os;
       kvidx_get_stats(orc, &os);
-      ss = kvidx_store(sub, op.wid, op.dp, par, b, op.n);
+#ifdef FUZZ_AVOID_BUG2
+      if (cfg.evict && op.n + (size_t)op.has_parent > cfg.max_blocks) op.n = 0;
+#endif
+      ss = fz_store(sub, &op);
       if (ss == KVIDX_EFULL && heap && cfg.max_blocks == 0 && cfg.max_entries == 0 &&
           (held_before || os.workers < cfg.max_workers))
         FZ_FAIL("store returned EFULL in heap mode without a block or entry cap (workers %zu of %u)",
                 os.workers, cfg.max_workers);
-      if (ss != KVIDX_EFULL && ss != KVIDX_ENOMEM) so = kvidx_store(orc, op.wid, op.dp, par, b, op.n);
+      if (ss != KVIDX_EFULL && ss != KVIDX_ENOMEM) so = fz_store(orc, &op);
       break;
     }
     case FZ_REMOVE: {
@@ -247,12 +272,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case FZ_BULK:
       for (unsigned i = 0; i < op.bulk_k; i++) {
         unsigned id = op.bulk_lo + i;
-        kvidx_block b = fz_bulk_block(id);
+        static kvidx_block b[FZ_STAIR];
+        size_t nb = fz_bulk_blocks(id, op.bulk_distinct, b);
+#ifdef FUZZ_AVOID_BUG2
+        if (cfg.evict && nb > cfg.max_blocks) nb = cfg.max_blocks;
+#endif
         hk.failed = 0;
-        ss = kvidx_store(sub, FZ_BULK_BASE + id, 0, NULL, &b, 1);
+        ss = kvidx_store(sub, FZ_BULK_BASE + id, 0, NULL, b, nb);
         if (ss == KVIDX_ENOMEM && !hk.failed) FZ_FAIL("bulk store %u: ENOMEM but no allocation failed", id);
         if (ss != KVIDX_EFULL && ss != KVIDX_ENOMEM) {
-          so = kvidx_store(orc, FZ_BULK_BASE + id, 0, NULL, &b, 1);
+          so = kvidx_store(orc, FZ_BULK_BASE + id, 0, NULL, b, nb);
           if (so != ss) FZ_FAIL("bulk store %u: %s returned %d, oracle %d", id, sn, ss, so);
         }
         if (id + 1 > bulk_hi) bulk_hi = id + 1;
@@ -291,7 +320,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       no_alloc_begin(heap, "worker_blocks / get_stats");
       for (int w = 0; w < FZ_NW; w++) fz_cmp_worker_blocks(orc, "oracle", sub, sn, FZ_WID[w], FZ_WDP[w]);
       fz_cmp_stats(orc, "oracle", sub, sn);
+      kvidx_stats ks;
+      memset(&ks, 0, sizeof ks);
+      kvidx_get_stats(sub, &ks);
       no_alloc_end();
+      if (cfg.max_blocks && ks.blocks > cfg.max_blocks)
+        FZ_FAIL("op %d: %s holds %zu blocks, over max_blocks %zu", nops, sn, ks.blocks, cfg.max_blocks);
     }
     nops++;
     if (nops % 8 == 0) {

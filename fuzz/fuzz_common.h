@@ -81,9 +81,9 @@ static inline uint64_t fz_opaque(uint8_t b) { return 0xA5A5000000000000ull + (b 
 
 /* ---- shadow ---------------------------------------------------------------- */
 #define FZ_NODES 65536 /* path nodes (append-only per input)      */
-#define FZ_HELD 512    /* shadow entries per worker               */
+#define FZ_HELD 2048   /* shadow entries per worker               */
 #define FZ_QMAX 512    /* longest query                            */
-#define FZ_MAXN 64     /* most blocks per store / seqs per remove  */
+#define FZ_MAXN 256    /* most blocks per store / seqs per remove  */
 #define FZ_SWEEP 32    /* most queries per full comparison         */
 
 typedef struct {
@@ -129,7 +129,11 @@ static inline size_t fz_path(const fz_shadow *s, int32_t node, uint64_t *q, size
 }
 
 /* ---- ops ------------------------------------------------------------------ */
-enum { FZ_STORE, FZ_REMOVE, FZ_CLEAR, FZ_RMW, FZ_FIND, FZ_BULK, FZ_BULK_RM, FZ_CHECK };
+enum { FZ_STORE, FZ_REMOVE, FZ_CLEAR, FZ_RMW, FZ_FIND, FZ_BULK, FZ_BULK_RM, FZ_CHECK, FZ_EXPIRE };
+
+/* Set by the harness when the index runs with cfg.evict = KVIDX_EVICT_EXPIRY:
+ * stores then carry an expiry (kvidx_store_ttl) and op 13 is kvidx_expire. */
+static int fz_expiry_mode;
 
 typedef struct {
   int type;
@@ -138,12 +142,13 @@ typedef struct {
   uint32_t dp;
   int has_parent;
   uint64_t parent;
+  uint64_t expires; /* FZ_STORE in expiry mode: 0 = plain kvidx_store; FZ_EXPIRE: now */
   kvidx_block b[FZ_MAXN];
-  uint64_t seqs[FZ_MAXN];
+  uint64_t seqs[64];
   size_t n;
   uint64_t q[FZ_QMAX];
   size_t qn, cap;
-  unsigned bulk_lo, bulk_k;
+  unsigned bulk_lo, bulk_k, bulk_distinct;
 } fz_op;
 
 /* Builds a query from a stored chain with a mutation. */
@@ -166,7 +171,7 @@ static inline void fz_gen_query(fz_rd *r, const fz_shadow *s, uint64_t *q, size_
     n = ix % 24; /* random alphabet query, maybe empty */
     for (size_t i = 0; i < n; i++) q[i] = fz_local((uint8_t)(arg + i * (ix | 1)));
   }
-  size_t pos = n ? (size_t)(mut & 63) % (n + 1) : 0;
+  size_t pos = n ? ((size_t)(mut & 63) << 8 | arg) % (n + 1) : 0;
   switch (mut >> 6) {
   case 0: break; /* as stored */
   case 1:        /* replace one local */
@@ -194,7 +199,7 @@ static inline void fz_gen_op(fz_rd *r, const fz_shadow *s, fz_op *op, unsigned *
   memset(op, 0, offsetof(fz_op, b));
   op->w = -1;
   switch (code % 16) {
-  case 0: case 1: case 2: case 3: case 4: case 5: { /* store */
+  case 0: case 1: case 2: case 3: case 4: case 5: { /* store (5: a long run) */
     uint8_t wb = fz_u8(r), pm = fz_u8(r), pi = fz_u8(r), nb = fz_u8(r), sm = fz_u8(r);
     int w = wb % FZ_NW;
     op->type = FZ_STORE;
@@ -223,10 +228,28 @@ static inline void fz_gen_op(fz_rd *r, const fz_shadow *s, fz_op *op, unsigned *
     }
     }
     if (op->has_parent) prev = op->parent;
+    if (fz_expiry_mode) op->expires = fz_u8(r); /* tiny clock: expiries collide */
     size_t n = (nb & 0x80) ? (size_t)(nb & 63) : (size_t)1 + (nb & 7);
+    /* a long run (64..256 blocks) from a PRNG seeded by two input bytes:
+     * pushes the entry count past the first entry chunk */
+    int longrun = code % 16 == 5;
+    uint32_t rng = 0;
+    if (longrun) {
+      n = 64 + (size_t)nb * 3 / 4; /* 64..255 */
+      rng = (uint32_t)fz_u8(r) << 8 | fz_u8(r);
+      rng = rng * 2654435761u + 1;
+    }
     op->n = n;
     for (size_t i = 0; i < n; i++) {
-      uint8_t lb = fz_u8(r);
+      uint8_t lb;
+      if (longrun) {
+        rng ^= rng << 13;
+        rng ^= rng >> 17;
+        rng ^= rng << 5;
+        lb = (uint8_t)(rng >> 8);
+      } else {
+        lb = fz_u8(r);
+      }
       uint64_t local = fz_local(lb);
       uint64_t seq;
       /* sm: 0..1 contract, 2 opaque, 3 mixed per block */
@@ -248,7 +271,7 @@ static inline void fz_gen_op(fz_rd *r, const fz_shadow *s, fz_op *op, unsigned *
     op->w = w;
     op->wid = FZ_WID[w];
     op->dp = FZ_WDP[w];
-    op->n = (nb & 0x80) ? (size_t)(nb & 31) : (size_t)1 + (nb & 3);
+    op->n = (nb & 0x80) ? (size_t)(nb & 63) : (size_t)1 + (nb & 3);
     for (size_t i = 0; i < op->n; i++) {
       uint8_t sb = fz_u8(r);
       if (sb < 224 && s->n_held[w])
@@ -277,7 +300,14 @@ static inline void fz_gen_op(fz_rd *r, const fz_shadow *s, fz_op *op, unsigned *
     op->wid = wb < 240 ? FZ_WID[wb % FZ_NW] : (uint64_t)FZ_BULK_BASE + (wb & 15);
     break;
   }
-  case 11: case 12: case 13: /* find_matches */
+  case 13:
+    if (fz_expiry_mode) {
+      op->type = FZ_EXPIRE;
+      op->expires = fz_u8(r);
+      break;
+    }
+    /* fall through */
+  case 11: case 12: /* find_matches */
     op->type = FZ_FIND;
     fz_gen_query(r, s, op->q, &op->qn);
     op->cap = fz_gen_cap(r);
@@ -290,6 +320,11 @@ static inline void fz_gen_op(fz_rd *r, const fz_shadow *s, fz_op *op, unsigned *
     op->type = (kb & 0x80) ? FZ_BULK_RM : FZ_BULK;
     op->bulk_lo = lb & 31;
     op->bulk_k = k;
+    op->bulk_distinct = (lb >> 5) & 3; /* 0 shared local, 1 own local, 2-3 staircase */
+    if (op->bulk_distinct >= 2) {
+      op->bulk_distinct = 2;
+      if (op->bulk_k > 400) op->bulk_k = 400;
+    }
     break;
   }
   default:
@@ -298,12 +333,35 @@ static inline void fz_gen_op(fz_rd *r, const fz_shadow *s, fz_op *op, unsigned *
   }
 }
 
-/* Bulk worker i's single block. */
-static inline kvidx_block fz_bulk_block(unsigned i) {
-  kvidx_block b;
-  b.local = FZ_ALPHA[(i * 7u) & 3];
-  b.seq = b.local;
-  return b;
+/* A store op on one index: kvidx_store, or kvidx_store_ttl when it has an
+ * expiry. */
+static inline int fz_store(kvidx *ix, const fz_op *op) {
+  const uint64_t *par = op->has_parent ? &op->parent : NULL;
+  const kvidx_block *b = op->n ? op->b : NULL;
+  if (op->expires) return kvidx_store_ttl(ix, op->wid, op->dp, par, b, op->n, op->expires);
+  return kvidx_store(ix, op->wid, op->dp, par, b, op->n);
+}
+
+/* Bulk worker i's blocks (returns how many): mode 0 one block with a shared
+ * local, 1 one block with a local of its own (then every bulk worker adds an
+ * index entry), 2 a "staircase": a prefix, of length 1 + (i * 7) % 61, of
+ * one common chain fz_stair(), so that ~hundreds of workers drain at
+ * different depths of one query. */
+#define FZ_BULK_LOCAL 0xB0000000u
+#define FZ_STAIR 64
+static inline uint64_t fz_stair(unsigned j) { return FZ_ALPHA[(j * j + 3 * j) % 5 & 3]; }
+static inline size_t fz_bulk_blocks(unsigned i, unsigned mode, kvidx_block *b) {
+  if (mode == 2) {
+    size_t n = 1 + (i * 7u) % 61u;
+    for (size_t j = 0; j < n; j++) {
+      b[j].local = fz_stair((unsigned)j);
+      b[j].seq = j ? kvidx_seq_hash_next(b[j - 1].seq, b[j].local) : b[j].local;
+    }
+    return n;
+  }
+  b[0].local = mode ? FZ_BULK_LOCAL + i : FZ_ALPHA[(i * 7u) & 3];
+  b[0].seq = b[0].local;
+  return 1;
 }
 
 /* Shadow update after an op the reference applied with status st. */
@@ -371,7 +429,9 @@ static inline void fz_log_op(const fz_op *op, int idx) {
     fprintf(stderr, "store(w=(%llu,%u), parent=", (unsigned long long)op->wid, op->dp);
     if (op->has_parent) fprintf(stderr, "%#llx", (unsigned long long)op->parent);
     else fprintf(stderr, "root");
-    fprintf(stderr, ", n=%zu) blocks(local/seq):", op->n);
+    fprintf(stderr, ", n=%zu", op->n);
+    if (op->expires) fprintf(stderr, ", expires_at=%llu", (unsigned long long)op->expires);
+    fprintf(stderr, ") blocks(local/seq):");
     for (size_t i = 0; i < op->n; i++)
       fprintf(stderr, " %#llx/%#llx", (unsigned long long)op->b[i].local, (unsigned long long)op->b[i].seq);
     fputc('\n', stderr);
@@ -386,9 +446,13 @@ static inline void fz_log_op(const fz_op *op, int idx) {
     fprintf(stderr, "find_matches(cap=%zu) ", op->cap);
     fz_print_u64s("q", op->q, op->qn);
     break;
-  case FZ_BULK: fprintf(stderr, "bulk_store(k=%u, ids %#x..)\n", op->bulk_k, FZ_BULK_BASE); break;
+  case FZ_BULK:
+    fprintf(stderr, "bulk_store(k=%u, ids %#x+%u.., %s)\n", op->bulk_k, FZ_BULK_BASE, op->bulk_lo,
+            op->bulk_distinct == 2 ? "staircase" : op->bulk_distinct ? "own locals" : "shared local");
+    break;
   case FZ_BULK_RM: fprintf(stderr, "bulk_remove_worker(k=%u from %u)\n", op->bulk_k, op->bulk_lo); break;
   case FZ_CHECK: fprintf(stderr, "check\n"); break;
+  case FZ_EXPIRE: fprintf(stderr, "expire(now=%llu)\n", (unsigned long long)op->expires); break;
   }
 }
 
@@ -516,6 +580,16 @@ static inline void fz_cmp_full(const fz_shadow *s, const kvidx *a, const char *a
   for (int k = 0; k < 4; k++) {
     q[0] = FZ_ALPHA[k];
     fz_cmp_query(a, an, b, bn, q, 1, FZ_NW + FZ_BULK_MAX + 8);
+  }
+  for (unsigned i = 0; i < bulk_hi; i += 1 + i / 4) {
+    q[0] = FZ_BULK_LOCAL + i;
+    fz_cmp_query(a, an, b, bn, q, 1, 4);
+  }
+  if (bulk_hi) { /* the staircase chain, whole and with a change half way */
+    for (unsigned j = 0; j < FZ_STAIR; j++) q[j] = fz_stair(j);
+    fz_cmp_query(a, an, b, bn, q, FZ_STAIR, FZ_NW + FZ_BULK_MAX + 8);
+    q[bulk_hi % FZ_STAIR] ^= 0x77;
+    fz_cmp_query(a, an, b, bn, q, FZ_STAIR, 16);
   }
   fz_cmp_stats(a, an, b, bn);
 }

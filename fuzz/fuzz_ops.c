@@ -7,7 +7,10 @@
  *   byte 1  max_workers (= worker slots): 1..8, 9..40, 63..66, 127..130,
  *           16, 0 (default 1024), 1023..1026, 1024+k*64, 4093..4097
  *   byte 2  jump: 0 = default, else 1 + (b-1) % 64
- *   byte 3  max_blocks: bit 7 set -> 1 + (b & 63), else 0 (unlimited)
+ *   byte 3  max_blocks: bit 7 set -> 1 + (b & 63), else 0 (unlimited);
+ *           bits 7+6: eviction, KVIDX_EVICT_LRS, or KVIDX_EVICT_EXPIRY when
+ *           byte 0 bit 3 is set (then stores carry an expiry byte and op 13
+ *           is kvidx_expire); byte 0 bits 4-5: evict_target_pct
  *   ops     see fz_gen_op in fuzz_common.h (store / remove / clear /
  *           remove_worker / find_matches / bulk store / bulk remove / check)
  *
@@ -66,6 +69,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   cfg.max_workers = pick_max_workers(c1);
   cfg.jump = c2 ? 1 + (uint32_t)(c2 - 1) % 64 : 0;
   cfg.max_blocks = (c3 & 0x80) ? 1 + (size_t)(c3 & 63) : 0;
+  /* eviction (needs max_blocks): c3 bit 6 with bit 7; c0 bit 3: LRS / EXPIRY;
+   * c0 bits 4-5: evict_target_pct 0 (= 80), 50, 1, 100 */
+  cfg.evict = (c3 & 0xC0) == 0xC0 ? ((c0 & 8) ? KVIDX_EVICT_EXPIRY : KVIDX_EVICT_LRS) : KVIDX_EVICT_NONE;
+  static const uint32_t pcts[4] = {0, 50, 1, 100};
+  cfg.evict_target_pct = cfg.evict ? pcts[(c0 >> 4) & 3] : 0;
+  fz_expiry_mode = cfg.evict == KVIDX_EVICT_EXPIRY;
   int kinds[NKIND] = {KVIDX_REFERENCE, KVIDX_RADIX, KVIDX_POSITIONAL};
   nix = 0;
   int sel = c0 & 3;
@@ -79,8 +88,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     st[nix] = kvidx_create(&ix[nix], &cfg);
     nix++;
   }
-  FZ_LOG("config: kinds=%d max_workers=%u jump=%u max_blocks=%zu\n", sel, cfg.max_workers,
-         cfg.jump, cfg.max_blocks);
+  FZ_LOG("config: kinds=%d max_workers=%u jump=%u max_blocks=%zu evict=%d target_pct=%u\n", sel,
+         cfg.max_workers, cfg.jump, cfg.max_blocks, cfg.evict, cfg.evict_target_pct);
   cmp_status("create", st);
   if (st[0] != KVIDX_OK) {
     for (int k = 0; k < nix; k++)
@@ -99,11 +108,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     snprintf(what, sizeof what, "op %d", nops);
     switch (op.type) {
     case FZ_STORE:
-      for (int k = 0; k < nix; k++)
-        st[k] = kvidx_store(ix[k], op.wid, op.dp, op.has_parent ? &op.parent : NULL,
-                            op.n ? op.b : NULL, op.n);
+#ifdef FUZZ_AVOID_BUG2
+      /* BUGS.md bug 2: with eviction, a run longer than max_blocks into an
+       * empty index is accepted (and overflows the eviction heap) */
+      if (cfg.evict && op.n + (size_t)op.has_parent > cfg.max_blocks) op.n = 0;
+#endif
+      for (int k = 0; k < nix; k++) st[k] = fz_store(ix[k], &op);
       cmp_status(what, st);
       break;
+    case FZ_EXPIRE: {
+      size_t rm[NKIND];
+      for (int k = 0; k < nix; k++) st[k] = kvidx_expire(ix[k], op.expires, &rm[k]);
+      cmp_status(what, st);
+      for (int k = 1; k < nix; k++)
+        if (rm[k] != rm[0]) FZ_FAIL("%s: kvidx_expire removed %zu in %s, %zu in reference", what, rm[k], nm[k], rm[0]);
+      break;
+    }
     case FZ_REMOVE:
       for (int k = 0; k < nix; k++) st[k] = kvidx_remove(ix[k], op.wid, op.dp, op.n ? op.seqs : NULL, op.n);
       cmp_status(what, st);
@@ -123,8 +143,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case FZ_BULK:
       for (unsigned i = 0; i < op.bulk_k; i++) {
         unsigned id = op.bulk_lo + i;
-        kvidx_block b = fz_bulk_block(id);
-        for (int k = 0; k < nix; k++) st[k] = kvidx_store(ix[k], FZ_BULK_BASE + id, 0, NULL, &b, 1);
+        static kvidx_block b[FZ_STAIR];
+        size_t nb = fz_bulk_blocks(id, op.bulk_distinct, b);
+#ifdef FUZZ_AVOID_BUG2
+        if (cfg.evict && nb > cfg.max_blocks) nb = cfg.max_blocks;
+#endif
+        for (int k = 0; k < nix; k++) st[k] = kvidx_store(ix[k], FZ_BULK_BASE + id, 0, NULL, b, nb);
         snprintf(what, sizeof what, "op %d (bulk store %u)", nops, id);
         cmp_status(what, st);
         if (id + 1 > bulk_hi) bulk_hi = id + 1;
@@ -156,6 +180,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (FZ_WID[w] == op.wid || w == (int)(nops % FZ_NW))
           fz_cmp_worker_blocks(ix[0], nm[0], ix[k], nm[k], FZ_WID[w], FZ_WDP[w]);
       fz_cmp_stats(ix[0], nm[0], ix[k], nm[k]);
+    }
+    /* the caps are semantic: no kind may ever exceed them */
+    for (int k = 0; k < nix; k++) {
+      kvidx_stats ks;
+      memset(&ks, 0, sizeof ks);
+      kvidx_get_stats(ix[k], &ks);
+      if (cfg.max_blocks && ks.blocks > cfg.max_blocks)
+        FZ_FAIL("%s: %s holds %zu blocks, over max_blocks %zu", what, nm[k], ks.blocks, cfg.max_blocks);
+      if (ks.workers > (cfg.max_workers ? cfg.max_workers : 1024u))
+        FZ_FAIL("%s: %s has %zu workers, over max_workers %u", what, nm[k], ks.workers, cfg.max_workers);
     }
     size_t qn = 0;
     if (op.type == FZ_STORE) {
