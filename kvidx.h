@@ -1975,7 +1975,8 @@ KVIDX__PRIV void kvidx__radix_find(const kvidx *ix, kvidx__rctx *rc, const uint6
  * kvidx__unhold) that holds q_j holds q_0..q_j: the parent chain of q_j is
  * q_{j-1}, held, and so on down to q_0.  For such workers "holds q_j" is
  * monotone in j, so one probe at the far end of a jump proves the whole
- * range, and a drain point can be found by bisection.  A worker with a hole
+ * range, and a drain point can be found by bisection (so the jump may also
+ * grow: it doubles after each jump that kept every worker).  A worker with a hole
  * (orphans > 0) breaks monotonicity (trap 2, Dynamo's strided check): while
  * any such worker is still active the search steps one position at a time,
  * which verifies every position for it.  Nothing else is skipped. */
@@ -2066,6 +2067,9 @@ KVIDX__PRIV void kvidx__pos_find(const kvidx *ix, kvidx__rctx *rc, const uint64_
     memcpy(act, b, nw * sizeof(uint64_t));
     cur = nxt;
     if (!any) return;
+    /* gallop: a jump that kept every worker doubles the next one (long
+     * shared prefixes cost log probes); one that lost a worker resets it */
+    jump = same ? (2 * jump < KVIDX_JUMP_MAX ? 2 * jump : KVIDX_JUMP_MAX) : ix->jump;
   }
   kvidx__emit(ix, k, act, cur + 1);
 }
