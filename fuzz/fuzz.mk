@@ -14,7 +14,7 @@
 FUZZ_TARGETS      ?= fuzz_ops fuzz_hash fuzz_capacity
 FUZZ_SECONDS      ?= 600
 FUZZ_TEST_SECONDS ?= 20
-# extra defines, e.g. FUZZ_DEFS="-DFUZZ_AVOID_BUG1 -DFUZZ_AVOID_BUG2" to fuzz
+# extra defines, e.g. FUZZ_DEFS="-DFUZZ_AVOID_BUG1 -DFUZZ_AVOID_BUG2 -DFUZZ_AVOID_BUG3"
 # past known, still open bugs (fuzz/BUGS.md)
 FUZZ_DEFS         ?=
 FUZZ_DIR          := $(BUILD)/fuzz
@@ -48,9 +48,9 @@ fuzz-build-replay: $(addprefix $(FUZZ_DIR)/,$(addsuffix _replay,$(FUZZ_TARGETS))
 fuzz-build: $(addprefix $(FUZZ_DIR)/,$(addsuffix _fuzzer,$(FUZZ_TARGETS)))
 
 fuzz-replay: fuzz-build-replay
-	@set -e; for t in $(FUZZ_TARGETS); do \
-	  $(FUZZ_DIR)/$${t}_replay fuzz/corpus/$$t; \
-	done
+	@rc=0; for t in $(FUZZ_TARGETS); do \
+	  $(FUZZ_DIR)/$${t}_replay fuzz/corpus/$$t || { rc=1; echo "*** $$t: corpus replay FAILED (see fuzz/BUGS.md)"; }; \
+	done; exit $$rc
 
 # libFuzzer flags shared by both runs.  -dict only when the file exists.
 fuzz_flags = -print_final_stats=1 -timeout=25 -rss_limit_mb=2048 -max_len=4096 \

@@ -136,7 +136,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
    * build with -DFUZZ_AVOID_BUG1 to fuzz past it until it is fixed */
   if (cfg.evict) {
     cfg.max_entries = 64 * cfg.max_blocks;
-    cfg.max_workers = 4096;
+    cfg.max_workers = 320; /* > FZ_NW + the bulk budget */
   }
 #endif
   const char *sn = heap ? "heap" : "buffer";
