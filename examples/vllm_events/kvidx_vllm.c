@@ -1,9 +1,10 @@
 /* kvidx_vllm.c - a small daemon that indexes vLLM's KV-cache events.
  *
  * It subscribes (ZeroMQ SUB) to the KV event publishers of one or more vLLM
- * instances, feeds every event into a kvidx index, and answers routing
- * queries on a local socket (a unix socket, or TCP on a loopback address
- * only).
+ * instances, feeds every event into a kvidx index through kvidx_apply (with
+ * an event id, so lost, repeated and restarted streams are recognised), and
+ * answers routing queries on a local socket (a unix socket, or TCP on a
+ * loopback address only).
  *
  * WIRE FORMAT (vllm/distributed/kv_events.py, ZmqEventPublisher)
  *   multipart [topic, seq (8 bytes, big endian), payload]; payload is a
@@ -22,27 +23,54 @@
  *   keys.  The engine's hashes are only per-worker keys for kvidx: the
  *   index matches on local hashes it computes from token_ids (Dynamo's
  *   XXH3 scheme, seed salted by lora_name), so queries need only tokens.
- *   Events for a medium other than GPU (CPU offload tiers) and for KV cache
- *   groups other than 0 are skipped unless --all-media / --all-groups.
- *   A gap in an endpoint's sequence numbers is counted and logged.
+ *   Events for KV cache groups other than 0 are skipped unless --all-groups.
+ *
+ * EVENT IDS
+ *   seq numbers the batches of one publisher (one vLLM engine, one DP rank).
+ *   Event i of batch seq gets id  seq << 24 | i  for its (worker, dp_rank),
+ *   and after the batch an empty Removed with id  seq << 24 | 0xFFFFFF
+ *   (the end marker) closes it, so the first id of a batch follows the last
+ *   id of the batch before (kvidx_apply's KVIDX_GAP for the jump to the end
+ *   marker over a batch's unused ids is not counted).  Events that are skipped, malformed or
+ *   refused still use up their id (an empty Removed), so only lost batches
+ *   show as a gap.  Hence:
+ *     a batch missing from the stream -> KVIDX_GAP (counted, logged);
+ *     seq going backwards (the publisher restarted) -> KVIDX_RESTARTED:
+ *       kvidx drops that (worker, dp_rank)'s old blocks (counted, logged);
+ *     a batch delivered again (its end marker is the last id) ->
+ *       KVIDX_DUPLICATE, its events are not applied again.
+ *   The daemon does not use vLLM's replay socket.
+ *
+ * STORAGE TIERS
+ *   vLLM's "medium" (BlockStored and BlockRemoved; None/absent = GPU) is
+ *   mapped with kvidx_tier_from_name: a block may be held on the device, on
+ *   the host (CPU offload) and on disk at once.  A Removed on one medium
+ *   drops that copy only: a CPU-tier eviction keeps the GPU copy.  MATCH
+ *   counts blocks on any tier; MATCHT also says how many are on the device.
  *
  * QUERIES (one line in, one line out)
- *   PING                          -> OK pong
- *   MATCH [lora=NAME] tok tok ... -> OK blocks=N matches=M wid:dp:depth ...
- *   MATCHH hash hash ...          -> same, from local block hashes (decimal)
- *   WORKER wid [dp]               -> OK blocks=N
- *   STATS                         -> OK batches=... events=... ...
- *   anything else                 -> ERR ...
+ *   PING                           -> OK pong
+ *   MATCH [lora=NAME] tok tok ...  -> OK blocks=N matches=M wid:dp:depth ...
+ *   MATCHH hash hash ...           -> same, from local block hashes (decimal)
+ *   MATCHT [lora=NAME] tok tok ... -> OK blocks=N matches=M
+ *                                     wid:dp:depth:device_blocks ...
+ *   WORKER wid [dp]                -> OK blocks=N
+ *   STATS                          -> OK batches=... events=... ...
+ *   anything else                  -> ERR ...
  *
  * USAGE
  *   kvidx-vllm-events --endpoint tcp://127.0.0.1:5557=1
  *                     [--endpoint tcp://127.0.0.1:5558=2 ...]
  *                     --listen unix:/run/kvidx.sock | --listen 127.0.0.1:7070
  *                     [--block-size 16] [--topic T] [--kind positional|radix]
- *                     [--all-media] [--all-groups] [--max-seconds S] [--quiet]
+ *                     [--snapshot PATH] [--all-groups] [--max-seconds S]
+ *                     [--quiet]
  *   Each --endpoint is a vLLM publisher (its kv-events endpoint; one per DP
  *   rank, whose events carry the rank) and the worker id its events are
- *   filed under.
+ *   filed under.  --snapshot PATH: warm restart.  At start the index (and
+ *   each worker's last event id) is loaded from PATH if it exists; on a
+ *   clean stop (SIGTERM, SIGINT, --max-seconds) it is written to PATH.tmp,
+ *   synced and renamed over PATH.
  *
  * Build: make vllm-events (needs libzmq3-dev libmsgpack-dev).
  */
@@ -87,7 +115,8 @@ typedef struct {
 
 typedef struct {
   unsigned long long batches, events, stored, removed, cleared, skipped,
-      ignored, errors, enoparent, enoent, efull, gaps, malformed, queries;
+      ignored, errors, enoparent, enoent, efull, malformed, queries,
+      gaps, restarts, duplicates, lost_batches;
 } counters;
 
 static volatile sig_atomic_t g_stop;
@@ -95,7 +124,7 @@ static int g_quiet;
 static counters g_c;
 static kvidx *g_ix;
 static size_t g_block_size = 16;
-static int g_all_media, g_all_groups;
+static int g_all_groups;
 
 static void on_signal(int sig) {
   (void)sig;
@@ -234,35 +263,126 @@ static void count_status(int rc) {
   if (rc == KVIDX_ENOPARENT) g_c.enoparent++;
   else if (rc == KVIDX_ENOENT) g_c.enoent++;
   else if (rc == KVIDX_EFULL) g_c.efull++;
-  else if (rc != KVIDX_OK) g_c.errors++;
+  else if (rc < 0) g_c.errors++;
 }
 
-/* medium: NULL/nil or "GPU" is indexed; others only with --all-media. */
-static int skip_event(const msgpack_object *medium, const msgpack_object *group) {
-  if (!g_all_media && !is_nil(medium) && !str_eq(medium, "GPU")) return 1;
-  if (!g_all_groups && !is_nil(group) &&
-      !(group->type == MSGPACK_OBJECT_POSITIVE_INTEGER && group->via.u64 == 0))
-    return 1;
-  return 0;
+/* ---- event ids ------------------------------------------------------------- */
+#define EV_SHIFT 24
+#define EV_END ((1u << EV_SHIFT) - 1) /* index of a batch's end marker */
+
+static uint64_t ev_id(uint64_t seq, uint32_t index) {
+  return (seq << EV_SHIFT) | index; /* seq below 2^40: ~35,000 years at 1 kHz */
 }
 
-static void on_stored(const msgpack_object *ev, uint64_t wid, uint32_t dp) {
+/* Counts and logs kvidx_apply's informational results.  prev: the worker's
+ * last event id before the event (have_prev = 0: none). */
+static void note(int info, const kvidx_event *ev, int have_prev, uint64_t prev) {
+  unsigned long long w = (unsigned long long)ev->worker_id;
+  if (info == KVIDX_GAP) {
+    uint64_t from = prev >> EV_SHIFT, to = ev->event_id >> EV_SHIFT;
+    g_c.gaps++;
+    logf_("worker %llu dp %u: batch seq jumped from %llu to %llu (%llu batches "
+          "lost): the index may be stale for this worker", w, ev->dp_rank,
+          (unsigned long long)from, (unsigned long long)to,
+          (unsigned long long)(to > from ? to - from - 1 : 0));
+  } else if (info == KVIDX_RESTARTED) {
+    g_c.restarts++;
+    logf_("worker %llu dp %u: batch seq went back from %llu to %llu: publisher "
+          "restarted, its old blocks were dropped", w, ev->dp_rank,
+          (unsigned long long)(have_prev ? prev >> EV_SHIFT : 0),
+          (unsigned long long)(ev->event_id >> EV_SHIFT));
+  } else if (info == KVIDX_DUPLICATE) {
+    g_c.duplicates++;
+  }
+}
+
+/* An empty Removed with this id: uses the id up without changing holdings.
+ * A batch's end marker jumps over the ids its events did not use: that jump
+ * is no gap (only ids missing before the batch's first id are). */
+static int apply_noop(uint64_t id, uint64_t wid, uint32_t dp) {
+  kvidx_event ev;
+  uint64_t prev = 0;
+  int have_prev, info;
+  memset(&ev, 0, sizeof ev);
+  ev.event_id = id;
+  ev.worker_id = wid;
+  ev.dp_rank = dp;
+  ev.type = KVIDX_EV_REMOVED;
+  ev.tier = KVIDX_TIER_ALL;
+  have_prev = kvidx_last_event_id(g_ix, wid, dp, &prev) == KVIDX_OK;
+  info = kvidx_apply(g_ix, &ev);
+  if (info == KVIDX_GAP && (id & EV_END) == EV_END && prev + 1 >= (id & ~(uint64_t)EV_END))
+    info = KVIDX_OK;
+  if (info < 0) count_status(info);
+  else note(info, &ev, have_prev, prev);
+  return info;
+}
+
+/* Applies one event with its id; returns kvidx_apply's status.  A refused
+ * event (negative status) normally leaves the id unused: it is then used up
+ * by an empty Removed, so the next event is not taken for a gap.  A refused
+ * event whose id went backwards still dropped the worker's old blocks and
+ * took the id (kvidx_apply then returns only the error): that is counted as
+ * a restart here. */
+static int apply_ev(const kvidx_event *ev) {
+  uint64_t prev = 0, now = 0;
+  int have_prev = kvidx_last_event_id(g_ix, ev->worker_id, ev->dp_rank, &prev) == KVIDX_OK;
+  int rc = kvidx_apply(g_ix, ev);
+  if (rc >= 0) {
+    note(rc, ev, have_prev, prev);
+    return rc;
+  }
+  count_status(rc);
+  if (kvidx_last_event_id(g_ix, ev->worker_id, ev->dp_rank, &now) == KVIDX_OK &&
+      now == ev->event_id)
+    note(KVIDX_RESTARTED, ev, have_prev, prev);
+  else
+    apply_noop(ev->event_id, ev->worker_id, ev->dp_rank);
+  return rc;
+}
+
+/* vLLM's medium: nil/absent = device; a string through kvidx_tier_from_name.
+ * -1 when it is neither. */
+static int tier_of(const msgpack_object *medium) {
+  char name[32];
+  uint32_t n;
+  if (is_nil(medium)) return KVIDX_TIER_DEVICE;
+  if (medium->type != MSGPACK_OBJECT_STR) return -1;
+  n = medium->via.str.size < sizeof name - 1 ? medium->via.str.size
+                                             : (uint32_t)sizeof name - 1;
+  memcpy(name, medium->via.str.ptr, n);
+  name[n] = 0;
+  return kvidx_tier_from_name(name);
+}
+
+/* KV cache groups other than 0 are skipped unless --all-groups. */
+static int skip_group(const msgpack_object *group) {
+  return !g_all_groups && !is_nil(group) &&
+         !(group->type == MSGPACK_OBJECT_POSITIVE_INTEGER && group->via.u64 == 0);
+}
+
+/* Each on_* applies exactly one event with id `id` (the event or a no-op). */
+static void on_stored(const msgpack_object *ev, uint64_t id, uint64_t wid, uint32_t dp) {
   const msgpack_object *par = field(ev, 2, "parent_block_hash");
   const msgpack_object *tok = field(ev, 3, "token_ids");
   const msgpack_object *bs_o = field(ev, 4, "block_size");
   long n = hashes_of(field(ev, 1, "block_hashes"));
+  int tier = tier_of(field(ev, 6, "medium"));
   uint64_t parent = 0, bs = 0, seed;
   size_t ntok, i, k;
+  kvidx_event e;
   int rc;
 
-  if (skip_event(field(ev, 6, "medium"), field(ev, 9, "group_idx"))) {
+  if (skip_group(field(ev, 9, "group_idx"))) {
     g_c.skipped++;
+    apply_noop(id, wid, dp);
     return;
   }
-  if (n < 0 || !tok || tok->type != MSGPACK_OBJECT_ARRAY ||
+  if (n < 0 || tier < 0 || !tok || tok->type != MSGPACK_OBJECT_ARRAY ||
       uint_of(bs_o, &bs) != 0 || bs == 0 ||
       (!is_nil(par) && hash_of(par, &parent) != 0)) {
     g_c.malformed++;
+    apply_noop(id, wid, dp);
     return;
   }
   if (bs != g_block_size) {
@@ -274,6 +394,7 @@ static void on_stored(const msgpack_object *ev, uint64_t wid, uint32_t dp) {
   ntok = tok->via.array.size;
   if (ntok < (size_t)n * bs) { /* token_ids must cover every stored block */
     g_c.malformed++;
+    apply_noop(id, wid, dp);
     return;
   }
   ntok = (size_t)n * bs;
@@ -282,6 +403,7 @@ static void on_stored(const msgpack_object *ev, uint64_t wid, uint32_t dp) {
     const msgpack_object *t = &tok->via.array.ptr[i];
     if (t->type != MSGPACK_OBJECT_POSITIVE_INTEGER || t->via.u64 > UINT32_MAX) {
       g_c.malformed++;
+      apply_noop(id, wid, dp);
       return;
     }
     g_tok[i] = (uint32_t)t->via.u64;
@@ -294,30 +416,50 @@ static void on_stored(const msgpack_object *ev, uint64_t wid, uint32_t dp) {
     g_blk[i].local = g_loc[i];
     g_blk[i].seq = g_u64[i];
   }
-  rc = kvidx_store(g_ix, wid, dp, is_nil(par) ? NULL : &parent, g_blk, k);
-  count_status(rc);
-  if (rc == KVIDX_OK) g_c.stored += k;
-  else logf_("store worker %llu dp %u (%zu blocks): %s", (unsigned long long)wid,
-             dp, k, kvidx_strerror(rc));
+  memset(&e, 0, sizeof e);
+  e.event_id = id;
+  e.worker_id = wid;
+  e.dp_rank = dp;
+  e.type = KVIDX_EV_STORED;
+  e.tier = tier;
+  e.parent = is_nil(par) ? NULL : &parent;
+  e.blocks = g_blk;
+  e.n = k;
+  rc = apply_ev(&e);
+  if (rc >= 0 && rc != KVIDX_DUPLICATE) g_c.stored += k;
+  else if (rc < 0)
+    logf_("store worker %llu dp %u (%zu blocks, tier %d): %s",
+          (unsigned long long)wid, dp, k, tier, kvidx_strerror(rc));
 }
 
-static void on_removed(const msgpack_object *ev, uint64_t wid, uint32_t dp) {
+static void on_removed(const msgpack_object *ev, uint64_t id, uint64_t wid, uint32_t dp) {
   long n = hashes_of(field(ev, 1, "block_hashes"));
-  int rc;
-  if (skip_event(field(ev, 2, "medium"), field(ev, 3, "group_idx"))) {
+  int tier = tier_of(field(ev, 2, "medium")), rc;
+  kvidx_event e;
+  if (skip_group(field(ev, 3, "group_idx"))) {
     g_c.skipped++;
+    apply_noop(id, wid, dp);
     return;
   }
-  if (n < 0) {
+  if (n < 0 || tier < 0) {
     g_c.malformed++;
+    apply_noop(id, wid, dp);
     return;
   }
-  rc = kvidx_remove(g_ix, wid, dp, g_u64, (size_t)n);
-  count_status(rc);
-  if (rc == KVIDX_OK || rc == KVIDX_ENOENT) g_c.removed += (unsigned long long)n;
+  memset(&e, 0, sizeof e);
+  e.event_id = id;
+  e.worker_id = wid;
+  e.dp_rank = dp;
+  e.type = KVIDX_EV_REMOVED;
+  e.tier = tier; /* this medium's copy only */
+  e.seqs = g_u64;
+  e.n = (size_t)n;
+  rc = apply_ev(&e);
+  if ((rc >= 0 && rc != KVIDX_DUPLICATE) || rc == KVIDX_ENOENT)
+    g_c.removed += (unsigned long long)n;
 }
 
-static void on_event(const msgpack_object *ev, uint64_t wid, uint32_t dp) {
+static void on_event(const msgpack_object *ev, uint64_t id, uint64_t wid, uint32_t dp) {
   const msgpack_object *tag = NULL;
   if (ev->type == MSGPACK_OBJECT_ARRAY && ev->via.array.size > 0)
     tag = &ev->via.array.ptr[0];
@@ -325,24 +467,29 @@ static void on_event(const msgpack_object *ev, uint64_t wid, uint32_t dp) {
     tag = map_get(ev, "type");
   g_c.events++;
   if (str_eq(tag, "BlockStored")) {
-    on_stored(ev, wid, dp);
+    on_stored(ev, id, wid, dp);
   } else if (str_eq(tag, "BlockRemoved")) {
-    on_removed(ev, wid, dp);
+    on_removed(ev, id, wid, dp);
   } else if (str_eq(tag, "AllBlocksCleared")) {
-    count_status(kvidx_clear(g_ix, wid, dp));
-    g_c.cleared++;
-  } else if (tag && tag->type == MSGPACK_OBJECT_STR) {
-    g_c.ignored++; /* an event kind this daemon does not know */
+    kvidx_event e;
+    memset(&e, 0, sizeof e);
+    e.event_id = id;
+    e.worker_id = wid;
+    e.dp_rank = dp;
+    e.type = KVIDX_EV_CLEARED;
+    if (apply_ev(&e) != KVIDX_DUPLICATE) g_c.cleared++;
   } else {
-    g_c.malformed++;
+    if (tag && tag->type == MSGPACK_OBJECT_STR) g_c.ignored++; /* unknown kind */
+    else g_c.malformed++;
+    apply_noop(id, wid, dp);
   }
 }
 
-static void on_batch(const char *data, size_t len, uint64_t wid) {
+static void on_batch(const char *data, size_t len, uint64_t seq, uint64_t wid) {
   msgpack_unpacked up;
   size_t off = 0;
   const msgpack_object *root, *events, *dp_o;
-  uint64_t dp = 0;
+  uint64_t dp = 0, last;
   uint32_t i;
 
   msgpack_unpacked_init(&up);
@@ -360,10 +507,20 @@ static void on_batch(const char *data, size_t len, uint64_t wid) {
     if (!events || events->type != MSGPACK_OBJECT_ARRAY ||
         (!is_nil(dp_o) && (uint_of(dp_o, &dp) != 0 || dp > UINT32_MAX))) {
       g_c.malformed++;
+    } else if (kvidx_last_event_id(g_ix, wid, (uint32_t)dp, &last) == KVIDX_OK &&
+               last == ev_id(seq, EV_END)) {
+      g_c.batches++; /* delivered before: its end marker is the last id */
+      apply_noop(last, wid, (uint32_t)dp); /* KVIDX_DUPLICATE, counted */
     } else {
       g_c.batches++;
-      for (i = 0; i < events->via.array.size; i++)
-        on_event(&events->via.array.ptr[i], wid, (uint32_t)dp);
+      for (i = 0; i < events->via.array.size; i++) {
+        if (i >= EV_END) { /* more events than ids per batch */
+          g_c.malformed += events->via.array.size - i;
+          break;
+        }
+        on_event(&events->via.array.ptr[i], ev_id(seq, i), wid, (uint32_t)dp);
+      }
+      apply_noop(ev_id(seq, EV_END), wid, (uint32_t)dp);
     }
   }
   msgpack_unpacked_destroy(&up);
@@ -392,16 +549,11 @@ static void on_sub(endpoint *e) {
       const unsigned char *s = zmq_msg_data(&part[1]);
       uint64_t seq = 0;
       for (k = 0; k < 8; k++) seq = (seq << 8) | s[k];
-      if (e->have_seq && seq != e->last_seq + 1) {
-        if (seq > e->last_seq) g_c.gaps += seq - e->last_seq - 1;
-        logf_("%s: sequence jumped from %llu to %llu (events lost; the index "
-              "may be stale for worker %llu)", e->url,
-              (unsigned long long)e->last_seq, (unsigned long long)seq,
-              (unsigned long long)e->worker_id);
-      }
+      /* batches this endpoint skipped (kvidx_apply sees the gap per worker) */
+      if (e->have_seq && seq > e->last_seq + 1) g_c.lost_batches += seq - e->last_seq - 1;
       e->have_seq = 1;
       e->last_seq = seq;
-      on_batch(zmq_msg_data(&part[2]), zmq_msg_size(&part[2]), e->worker_id);
+      on_batch(zmq_msg_data(&part[2]), zmq_msg_size(&part[2]), seq, e->worker_id);
     }
     for (k = 0; k < nparts && k < 3; k++) zmq_msg_close(&part[k]);
   }
@@ -532,43 +684,66 @@ static void reply_matches(sbuf *out, const uint64_t *loc, size_t n) {
   sb_printf(out, "\n");
 }
 
+/* Depth on any tier and how many of those blocks are on the device. */
+static void reply_matches_tiered(sbuf *out, const uint64_t *loc, size_t n) {
+  static kvidx_tier_score sc[MAX_SCORES];
+  size_t m = kvidx_find_matches_tiered(g_ix, loc, n, sc, MAX_SCORES), i;
+  sb_printf(out, "OK blocks=%zu matches=%zu", n, m);
+  for (i = 0; i < m && i < MAX_SCORES; i++)
+    sb_printf(out, " %llu:%u:%u:%u", (unsigned long long)sc[i].worker_id,
+              sc[i].dp_rank, sc[i].depth, sc[i].device_blocks);
+  sb_printf(out, "\n");
+}
+
+/* The rest of a MATCH / MATCHT (tokens, optional lora=NAME first) or MATCHH
+ * (local hashes) line into g_loc; returns the number of blocks, or -1 after
+ * writing an ERR reply. */
+static long query_locals(char **save, int hashes, sbuf *out) {
+  uint64_t seed = KVIDX_SEED;
+  size_t n = 0;
+  char *t;
+  while ((t = strtok_r(NULL, " \t\r", save)) != NULL) {
+    char *end;
+    unsigned long long v;
+    if (!hashes && n == 0 && !strncmp(t, "lora=", 5)) {
+      seed = kvidx_hash_seed(t + 5, NULL);
+      continue;
+    }
+    errno = 0;
+    v = strtoull(t, &end, 10);
+    if (*end || errno || (!hashes && v > UINT32_MAX)) {
+      sb_printf(out, "ERR bad number: %s\n", t);
+      return -1;
+    }
+    if (hashes) {
+      g_loc = grow(g_loc, &g_loc_cap, n + 1, sizeof *g_loc);
+      g_loc[n++] = v;
+    } else {
+      g_tok = grow(g_tok, &g_tok_cap, n + 1, sizeof *g_tok);
+      g_tok[n++] = (uint32_t)v;
+    }
+  }
+  if (!hashes) {
+    g_loc = grow(g_loc, &g_loc_cap, n / g_block_size + 1, sizeof *g_loc);
+    n = kvidx_block_hashes(g_tok, n, g_block_size, seed, g_loc);
+  }
+  return (long)n;
+}
+
 static void on_line(char *line, sbuf *out) {
-  char *save = NULL, *cmd = strtok_r(line, " \t\r", &save), *t;
+  char *save = NULL, *cmd = strtok_r(line, " \t\r", &save);
+  long n;
   g_c.queries++;
   if (!cmd) {
     sb_printf(out, "ERR empty line\n");
   } else if (!strcmp(cmd, "PING")) {
     sb_printf(out, "OK pong\n");
   } else if (!strcmp(cmd, "MATCH") || !strcmp(cmd, "MATCHH")) {
-    int hashes = cmd[5] == 'H';
-    uint64_t seed = KVIDX_SEED;
-    size_t n = 0;
-    while ((t = strtok_r(NULL, " \t\r", &save)) != NULL) {
-      char *end;
-      unsigned long long v;
-      if (!hashes && n == 0 && !strncmp(t, "lora=", 5)) {
-        seed = kvidx_hash_seed(t + 5, NULL);
-        continue;
-      }
-      errno = 0;
-      v = strtoull(t, &end, 10);
-      if (*end || errno || (!hashes && v > UINT32_MAX)) {
-        sb_printf(out, "ERR bad number: %s\n", t);
-        return;
-      }
-      if (hashes) {
-        g_loc = grow(g_loc, &g_loc_cap, n + 1, sizeof *g_loc);
-        g_loc[n++] = v;
-      } else {
-        g_tok = grow(g_tok, &g_tok_cap, n + 1, sizeof *g_tok);
-        g_tok[n++] = (uint32_t)v;
-      }
-    }
-    if (!hashes) {
-      g_loc = grow(g_loc, &g_loc_cap, n / g_block_size + 1, sizeof *g_loc);
-      n = kvidx_block_hashes(g_tok, n, g_block_size, seed, g_loc);
-    }
-    reply_matches(out, g_loc, n);
+    if ((n = query_locals(&save, cmd[5] == 'H', out)) >= 0)
+      reply_matches(out, g_loc, (size_t)n);
+  } else if (!strcmp(cmd, "MATCHT")) {
+    if ((n = query_locals(&save, 0, out)) >= 0)
+      reply_matches_tiered(out, g_loc, (size_t)n);
   } else if (!strcmp(cmd, "WORKER")) {
     char *w = strtok_r(NULL, " \t\r", &save), *d = strtok_r(NULL, " \t\r", &save);
     if (!w) {
@@ -586,13 +761,15 @@ static void on_line(char *line, sbuf *out) {
               "OK batches=%llu events=%llu stored=%llu removed=%llu "
               "cleared=%llu skipped=%llu ignored=%llu malformed=%llu "
               "enoparent=%llu enoent=%llu efull=%llu errors=%llu gaps=%llu "
+              "restarts=%llu duplicates=%llu lost_batches=%llu "
               "blocks=%zu workers=%zu entries=%zu bytes=%zu\n",
               g_c.batches, g_c.events, g_c.stored, g_c.removed, g_c.cleared,
               g_c.skipped, g_c.ignored, g_c.malformed, g_c.enoparent,
-              g_c.enoent, g_c.efull, g_c.errors, g_c.gaps, st.blocks,
-              st.workers, st.entries, st.bytes);
+              g_c.enoent, g_c.efull, g_c.errors, g_c.gaps, g_c.restarts,
+              g_c.duplicates, g_c.lost_batches, st.blocks, st.workers,
+              st.entries, st.bytes);
   } else {
-    sb_printf(out, "ERR unknown command %s (PING MATCH MATCHH WORKER STATS)\n", cmd);
+    sb_printf(out, "ERR unknown command %s (PING MATCH MATCHH MATCHT WORKER STATS)\n", cmd);
   }
 }
 
@@ -623,11 +800,74 @@ static int on_client(client *c) {
   return 0;
 }
 
+/* ---- snapshots (--snapshot PATH) ---------------------------------------------- */
+static int snap_write(void *ctx, const void *buf, size_t len) {
+  return fwrite(buf, 1, len, (FILE *)ctx) == len ? 0 : 1;
+}
+
+static size_t snap_read(void *ctx, void *buf, size_t len) {
+  return fread(buf, 1, len, (FILE *)ctx);
+}
+
+/* Loads PATH into the (empty) index if it exists; on any error the index
+ * stays empty and the daemon starts cold. */
+static void snapshot_load(const char *path) {
+  FILE *f = fopen(path, "rb");
+  kvidx_stats st;
+  int rc;
+  if (!f) {
+    if (errno == ENOENT) logf_("snapshot %s: none yet, starting empty", path);
+    else logf_("snapshot %s: %s; starting empty", path, strerror(errno));
+    return;
+  }
+  rc = kvidx_snapshot_read(g_ix, snap_read, f);
+  fclose(f);
+  if (rc != KVIDX_OK) {
+    logf_("snapshot %s: %s; starting empty", path, kvidx_strerror(rc));
+    return;
+  }
+  memset(&st, 0, sizeof st);
+  kvidx_get_stats(g_ix, &st);
+  logf_("snapshot %s: loaded %zu blocks of %zu workers", path, st.blocks, st.workers);
+}
+
+/* Writes PATH.tmp, syncs it, renames it over PATH.  0 = ok. */
+static int snapshot_save(const char *path) {
+  size_t n = strlen(path);
+  char *tmp = malloc(n + 5);
+  FILE *f;
+  int rc, ok;
+  if (!tmp) return -1;
+  memcpy(tmp, path, n);
+  memcpy(tmp + n, ".tmp", 5);
+  if (!(f = fopen(tmp, "wb"))) {
+    fprintf(stderr, "kvidx-vllm: snapshot %s: %s\n", tmp, strerror(errno));
+    free(tmp);
+    return -1;
+  }
+  rc = kvidx_snapshot_write(g_ix, snap_write, f);
+  ok = rc == KVIDX_OK && fflush(f) == 0 && fsync(fileno(f)) == 0;
+  ok = (fclose(f) == 0) && ok;
+  if (ok && rename(tmp, path) != 0) ok = 0;
+  if (!ok) {
+    fprintf(stderr, "kvidx-vllm: snapshot %s: %s\n", path,
+            rc != KVIDX_OK ? kvidx_strerror(rc) : strerror(errno));
+    unlink(tmp);
+  } else {
+    kvidx_stats st;
+    memset(&st, 0, sizeof st);
+    kvidx_get_stats(g_ix, &st);
+    logf_("snapshot %s: wrote %zu blocks of %zu workers", path, st.blocks, st.workers);
+  }
+  free(tmp);
+  return ok ? 0 : -1;
+}
+
 static void usage(void) {
   fprintf(stderr,
           "usage: kvidx-vllm-events --endpoint URL=WORKER_ID [--endpoint ...]\n"
           "         --listen unix:PATH|127.0.0.1:PORT [--block-size N] [--topic T]\n"
-          "         [--kind positional|radix] [--all-media] [--all-groups]\n"
+          "         [--kind positional|radix] [--snapshot PATH] [--all-groups]\n"
           "         [--max-seconds S] [--quiet]\n");
   exit(2);
 }
@@ -637,19 +877,22 @@ int main(int argc, char **argv) {
   client cl[MAX_CLIENTS];
   zmq_pollitem_t items[MAX_ENDPOINTS + 1 + MAX_CLIENTS];
   size_t nep = 0, ncl = 0, i;
-  const char *listen_spec = NULL, *topic = "";
+  const char *listen_spec = NULL, *topic = "", *snapshot = NULL;
   char unix_path[108] = "";
   double max_seconds = 0, t0;
   kvidx_config cfg = {0};
   void *zctx;
-  int lfd, rc, a;
+  int lfd, rc, a, status = 0;
   struct sigaction sa;
 
   cfg.kind = KVIDX_POSITIONAL;
+#ifdef KVIDX_F_TIERS
+  cfg.flags |= KVIDX_F_TIERS; /* host and disk copies beside device ones */
+#endif
   for (a = 1; a < argc; a++) {
     const char *s = argv[a];
     if (!strcmp(s, "--quiet")) { g_quiet = 1; continue; }
-    if (!strcmp(s, "--all-media")) { g_all_media = 1; continue; }
+    if (!strcmp(s, "--all-media")) continue; /* old flag: every medium is indexed now */
     if (!strcmp(s, "--all-groups")) { g_all_groups = 1; continue; }
     if (a + 1 >= argc) usage();
     if (!strcmp(s, "--endpoint")) {
@@ -666,6 +909,7 @@ int main(int argc, char **argv) {
     } else if (!strcmp(s, "--listen")) listen_spec = argv[++a];
     else if (!strcmp(s, "--block-size")) g_block_size = strtoul(argv[++a], NULL, 10);
     else if (!strcmp(s, "--topic")) topic = argv[++a];
+    else if (!strcmp(s, "--snapshot")) snapshot = argv[++a];
     else if (!strcmp(s, "--max-seconds")) max_seconds = strtod(argv[++a], NULL);
     else if (!strcmp(s, "--kind")) {
       const char *k = argv[++a];
@@ -678,6 +922,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "kvidx-vllm: kvidx_create: %s\n", kvidx_strerror(rc));
     return 1;
   }
+  if (snapshot) snapshot_load(snapshot);
   if ((lfd = listen_on(listen_spec, unix_path, sizeof unix_path)) < 0) return 1;
   fcntl(lfd, F_SETFL, fcntl(lfd, F_GETFL) | O_NONBLOCK);
 
@@ -754,8 +999,10 @@ int main(int argc, char **argv) {
   }
 
   logf_("stopping: %llu batches, %llu events, %llu blocks stored, %llu removed, "
-        "%llu malformed, %llu gaps", g_c.batches, g_c.events, g_c.stored,
-        g_c.removed, g_c.malformed, g_c.gaps);
+        "%llu malformed, %llu gaps, %llu restarts, %llu duplicates", g_c.batches,
+        g_c.events, g_c.stored, g_c.removed, g_c.malformed, g_c.gaps,
+        g_c.restarts, g_c.duplicates);
+  if (snapshot && snapshot_save(snapshot) != 0) status = 1;
   for (i = 0; i < ncl; i++) {
     close(cl[i].fd);
     free(cl[i].buf);
@@ -773,5 +1020,5 @@ int main(int argc, char **argv) {
   free(g_u64);
   free(g_loc);
   free(g_blk);
-  return 0;
+  return status;
 }

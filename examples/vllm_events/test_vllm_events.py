@@ -6,6 +6,9 @@ multipart [topic, seq (8 bytes big endian), msgpack EventBatch].
 Two publishers stand in for two vLLM instances: one encodes array-like
 (older vLLM, array_like=True, integer block hashes, dp rank 1), the other
 map-encoded (recent vLLM, msgspec's default, sha256 bytes block hashes).
+Covered besides the formats: storage tiers (medium GPU/CPU, MATCHT), event
+ids from the batch seq (a gap, a repeated batch, a publisher restart), and a
+warm restart of the daemon from its --snapshot file (and from a damaged one).
 Everything runs on 127.0.0.1 and a unix socket; the run is bounded.
 
     /usr/bin/python3 test_vllm_events.py build/kvidx-vllm-events TMPDIR [VECTORS]
@@ -88,6 +91,8 @@ class Publisher:
                      lora_name=e.get("lora_name"))
         elif e["type"] == "BlockRemoved":
             m.update(block_hashes=e["block_hashes"], medium=e.get("medium", "GPU"))
+        if "group_idx" in e:
+            m["group_idx"] = e["group_idx"]
         return m
 
 
@@ -106,10 +111,16 @@ class Client:
         r = self.ask("STATS")
         return {k: int(v) for k, v in (x.split("=") for x in r.split()[1:])}
 
-    def match(self, tokens, lora=None):
+    def match(self, tokens, lora=None, cmd="MATCH"):
         pre = f"lora={lora} " if lora else ""
-        r = self.ask("MATCH " + pre + " ".join(map(str, tokens)))
+        r = self.ask(cmd + " " + pre + " ".join(map(str, tokens)))
+        if not r.startswith("OK "):
+            return r
         return r.split(" ", 3)[3] if r.count(" ") >= 3 else ""
+
+    def matcht(self, tokens, lora=None):
+        """worker:dp:depth:device_blocks ... (depth on any tier)."""
+        return self.match(tokens, lora, "MATCHT")
 
 
 def expect(what, got, want, proc, log):
@@ -149,26 +160,48 @@ def main():
     ctx = zmq.Context()
     p1 = Publisher(ctx, array_like=True, dp_rank=1)
     p2 = Publisher(ctx, array_like=False, dp_rank=0)
-    proc = subprocess.Popen(
-        [daemon, "--endpoint", f"tcp://127.0.0.1:{p1.port}=1",
-         "--endpoint", f"tcp://127.0.0.1:{p2.port}=2", "--listen",
-         f"unix:{qpath}", "--block-size", str(BS), "--topic", "kv-events",
-         "--max-seconds", "60"],
-        stdout=subprocess.PIPE, stderr=open(log, "w"), text=True)
-    if proc.stdout.readline().strip() != "ready":
-        fail("daemon did not start", proc, log)
-    cl = Client(qpath)
-    expect("PING", cl.ask("PING"), "OK pong", proc, log)
+    snap = os.path.join(tmp, "kvidx.snap")
+    for f in (snap, snap + ".tmp"):
+        if os.path.exists(f):
+            os.unlink(f)
 
-    # ZeroMQ drops what a PUB sends before the SUB has joined: send empty
-    # batches until the daemon has seen one from each publisher.
-    for pub in (p1, p2):
-        before = cl.stats()["batches"]
-        def joined():
-            pub.send([])
-            time.sleep(0.05)
-            return cl.stats()["batches"] > before
-        wait_for(joined, "subscription", proc, log)
+    def start(logname, snapshot=snap):
+        lg = os.path.join(tmp, logname)
+        args = [daemon, "--endpoint", f"tcp://127.0.0.1:{p1.port}=1",
+                "--endpoint", f"tcp://127.0.0.1:{p2.port}=2", "--listen",
+                f"unix:{qpath}", "--block-size", str(BS), "--topic", "kv-events",
+                "--max-seconds", "60"]
+        if snapshot:
+            args += ["--snapshot", snapshot]
+        pr = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=open(lg, "w"),
+                              text=True)
+        if pr.stdout.readline().strip() != "ready":
+            fail("daemon did not start", pr, lg)
+        return pr, lg, Client(qpath)
+
+    def stop(pr, lg, what):
+        pr.send_signal(signal.SIGTERM)
+        try:
+            rc = pr.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            fail("daemon did not stop on SIGTERM", pr, lg)
+        expect(f"clean exit on SIGTERM ({what})", (rc, os.path.exists(qpath)),
+               (0, False), None, None)
+
+    def join(cl, pr, lg):
+        # ZeroMQ drops what a PUB sends before the SUB has joined: send empty
+        # batches until the daemon has seen one from each publisher.
+        for pub in (p1, p2):
+            before = cl.stats()["batches"]
+            def joined():
+                pub.send([])
+                time.sleep(0.05)
+                return cl.stats()["batches"] > before
+            wait_for(joined, "subscription", pr, lg)
+
+    proc, log, cl = start("daemon.log")
+    expect("PING", cl.ask("PING"), "OK pong", proc, log)
+    join(cl, proc, log)
     base = cl.stats()["batches"]
     sent = 0
 
@@ -184,18 +217,22 @@ def main():
     # Worker 1 (array-like, dp 1): all 6 blocks in one event.
     p1.send([{"type": "BlockStored", "block_hashes": w1, "token_ids": toks(0, 6),
               "block_size": BS}])
-    # Worker 2 (map): blocks 0-1, then block 2 under block 1, then blocks 3-5
-    # on the CPU tier (skipped: not GPU).
+    # Worker 2 (map): blocks 0-1, then block 2 under block 1 (GPU), then
+    # blocks 3-5 offloaded to the CPU tier, and an event of KV cache group 1
+    # (skipped: only group 0 is indexed).
     p2.send([{"type": "BlockStored", "block_hashes": w2[:2], "token_ids": toks(0, 2),
               "block_size": BS},
              {"type": "BlockStored", "block_hashes": w2[2:3],
               "parent_block_hash": w2[1], "token_ids": toks(2, 3), "block_size": BS}])
     p2.send([{"type": "BlockStored", "block_hashes": w2[3:], "parent_block_hash":
-              w2[2], "token_ids": toks(3, 6), "block_size": BS, "medium": "CPU"}])
+              w2[2], "token_ids": toks(3, 6), "block_size": BS, "medium": "CPU"},
+             {"type": "BlockStored", "block_hashes": [sha(99)], "token_ids": toks(0, 1),
+              "block_size": BS, "group_idx": 1}])
     sent += 3
     settle()
-    expect("both workers", cl.match(A), "1:1:6 2:0:3", proc, log)
-    expect("WORKER 2", cl.ask("WORKER 2 0"), "OK blocks=3", proc, log)
+    expect("both workers (any tier)", cl.match(A), "1:1:6 2:0:6", proc, log)
+    expect("MATCHT: device blocks", cl.matcht(A), "1:1:6:6 2:0:6:3", proc, log)
+    expect("WORKER 2", cl.ask("WORKER 2 0"), "OK blocks=6", proc, log)
 
     if vectors and os.path.exists(vectors):
         case = json.load(open(vectors))["cases"][0]
@@ -204,8 +241,34 @@ def main():
             expect("Dynamo vector hashes match the same blocks",
                    r.split(" ", 3)[3], cl.match(case["tokens"]), proc, log)
 
-    # Worker 1 evicts block 1: its depth stops at the hole.
-    p1.send([{"type": "BlockRemoved", "block_hashes": [w1[1]]}])
+    # Tiers.  Worker 2 offloads blocks 0-2 too: each is then on GPU and CPU.
+    p2.send([{"type": "BlockStored", "block_hashes": w2[:3], "token_ids": toks(0, 3),
+              "block_size": BS, "medium": "CPU"}])
+    sent += 1
+    settle()
+    expect("CPU copies of GPU blocks", (cl.matcht(A), cl.ask("WORKER 2 0")),
+           ("1:1:6:6 2:0:6:3", "OK blocks=6"), proc, log)
+    # The GPU evicts blocks 1 and 2: their CPU copies keep the depth, the
+    # device count drops.
+    p2.send([{"type": "BlockRemoved", "block_hashes": w2[1:3], "medium": "GPU"}])
+    sent += 1
+    settle()
+    expect("GPU removal of offloaded blocks", (cl.match(A), cl.matcht(A)),
+           ("1:1:6 2:0:6", "1:1:6:6 2:0:6:1"), proc, log)
+    # The CPU tier evicts block 0: its GPU copy still matches; then blocks
+    # 3-5, held on the CPU only, go.
+    p2.send([{"type": "BlockRemoved", "block_hashes": w2[:1], "medium": "CPU"}])
+    sent += 1
+    settle()
+    expect("CPU removal keeps the GPU copy", cl.matcht(A), "1:1:6:6 2:0:6:1", proc, log)
+    p2.send([{"type": "BlockRemoved", "block_hashes": w2[3:], "medium": "CPU"}])
+    sent += 1
+    settle()
+    expect("CPU removal of CPU-only blocks", (cl.matcht(A), cl.ask("WORKER 2 0")),
+           ("1:1:6:6 2:0:3:1", "OK blocks=3"), proc, log)
+
+    # Worker 1 evicts block 1 (medium absent = GPU): its depth stops at the hole.
+    p1.send([{"type": "BlockRemoved", "block_hashes": [w1[1]], "medium": None}])
     sent += 1
     settle()
     expect("after BlockRemoved", cl.match(A), "2:0:3 1:1:1", proc, log)
@@ -222,7 +285,8 @@ def main():
     expect("base-model query ignores LoRA blocks", cl.match(toks(0, 4)), "1:1:1",
            proc, log)
 
-    # Unknown parent, unknown event kind, garbage payload, a sequence gap.
+    # Unknown parent, unknown event kind, garbage payload, then two batches
+    # missing from worker 1's seq (one gap, reported by kvidx_apply).
     p1.send([{"type": "BlockStored", "block_hashes": [5555], "parent_block_hash": 4444,
               "token_ids": toks(0, 1), "block_size": BS},
              {"type": "FutureEvent", "rest": [1, 2]}])
@@ -232,9 +296,30 @@ def main():
     settle()
     st = cl.stats()
     expect("error counters", (st["enoparent"], st["ignored"], st["malformed"],
-                              st["gaps"], st["skipped"]), (1, 1, 1, 2, 1), proc, log)
+                              st["skipped"], st["errors"]), (1, 1, 1, 1, 0), proc, log)
+    expect("sequence gap counted", (st["gaps"], st["lost_batches"], st["restarts"],
+                                    st["duplicates"]), (1, 2, 0, 0), proc, log)
+    expect("gap logged", "batch seq jumped" in open(log).read(), True, proc, log)
     expect("index totals", (st["blocks"], st["workers"]), (5 + 4, 2), proc, log)
+
+    # A gap in worker 2's seq: the batch after it is still applied.
+    p2.send([{"type": "BlockStored", "block_hashes": [sha(200)],
+              "token_ids": toks(0, 1), "block_size": BS}], seq=p2.seq + 1)
+    sent += 1
+    settle()
+    st = cl.stats()
+    expect("batch after a gap applied", (st["gaps"], st["blocks"], cl.match(A)),
+           (2, 5 + 4 + 1, "1:1:1 2:0:1"), proc, log)
+    # The same batch delivered again: a duplicate, not applied twice.
+    p2.send([{"type": "BlockRemoved", "block_hashes": [sha(200)]}], seq=p2.seq - 1)
+    sent += 1
+    settle()
+    st = cl.stats()
+    expect("repeated batch is a duplicate", (st["duplicates"], st["restarts"],
+                                             st["blocks"], cl.match(A)),
+           (1, 0, 10, "1:1:1 2:0:1"), proc, log)
     expect("bad query", cl.ask("MATCH x").split(" ")[0], "ERR", proc, log)
+    expect("bad MATCHT query", cl.ask("MATCHT 1 y").split(" ")[0], "ERR", proc, log)
 
     # Robustness: malformed batches and events of every wrong shape are
     # counted and dropped; the index and the daemon stay as they were.
@@ -247,7 +332,9 @@ def main():
                   ["BlockStored", [1], None, [-1] * BS, BS],
                   ["BlockStored", [1.5], None, [1] * BS, BS],
                   ["BlockStored", [1], [], [1] * BS, BS],
+                  ["BlockStored", [1], None, [1] * BS, BS, None, 7],  # medium
                   ["BlockRemoved", "abc"], ["BlockRemoved", [b""]],
+                  ["BlockRemoved", [1], 3.5],
                   {"type": "BlockStored", "block_hashes": [1]},
                   {"type": 7}, [], 42, None, "AllBlocksCleared?"]
     before = cl.stats()
@@ -267,16 +354,99 @@ def main():
              cl.stats()["malformed"] > before["malformed"] + 100, "garbage", proc, log)
     time.sleep(0.3)
     st = cl.stats()
-    expect("garbage changed no holdings", (st["blocks"], st["enoparent"], st["efull"]),
-           (before["blocks"], before["enoparent"], 0), proc, log)
-    expect("still serving after garbage", cl.match(A), "1:1:1", proc, log)
+    expect("garbage changed no holdings", (st["blocks"], st["enoparent"], st["efull"],
+                                           st["restarts"]),
+           (before["blocks"], before["enoparent"], 0, 0), proc, log)
+    expect("still serving after garbage", cl.match(A), "1:1:1 2:0:1", proc, log)
 
-    proc.send_signal(signal.SIGTERM)
-    try:
-        rc = proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        fail("daemon did not stop on SIGTERM", proc, log)
-    expect("clean exit on SIGTERM", (rc, os.path.exists(qpath)), (0, False), None, None)
+    # Worker 1's publisher restarts: its seq starts again at 0.  kvidx_apply
+    # sees the event id go back and drops worker 1's old blocks first.
+    # (Unparseable batches above are lost batches: gaps were counted.)
+    st0 = cl.stats()
+    base, sent = st0["batches"], 0
+    p1.send([{"type": "BlockStored", "block_hashes": [7001, 7002, 7003],
+              "token_ids": toks(0, 3), "block_size": BS}], seq=0)
+    sent += 1
+    settle()
+    st = cl.stats()
+    expect("publisher restart drops old blocks", (st["restarts"], cl.match(A),
+                                                  cl.ask("WORKER 1 1")),
+           (1, "1:1:3 2:0:1", "OK blocks=3"), proc, log)
+    expect("restart logged", "publisher restarted" in open(log).read(), True, proc, log)
+    p1.send([{"type": "BlockStored", "block_hashes": [7004], "parent_block_hash": 7003,
+              "token_ids": toks(3, 4), "block_size": BS}])
+    sent += 1
+    settle()
+    st = cl.stats()
+    expect("restarted stream goes on", (st["restarts"], st["gaps"], cl.match(A)),
+           (1, st0["gaps"], "1:1:4 2:0:1"), proc, log)
+
+    # Before the warm restart: worker 1 offloads blocks 0-1 to the CPU and
+    # the GPU drops block 1 (tiers to keep); worker 2 stores blocks 1-2 and
+    # drops block 1 (a hole to keep).
+    p1.send([{"type": "BlockStored", "block_hashes": [7001, 7002], "token_ids": toks(0, 2),
+              "block_size": BS, "medium": "CPU"},
+             {"type": "BlockRemoved", "block_hashes": [7002], "medium": "GPU"}])
+    p2.send([{"type": "BlockStored", "block_hashes": [sha(201), sha(202)],
+              "parent_block_hash": sha(200), "token_ids": toks(1, 3), "block_size": BS},
+             {"type": "BlockRemoved", "block_hashes": [sha(201)]}])
+    sent += 2
+    settle()
+    expect("tiers and a hole before the snapshot", (cl.match(A), cl.matcht(A)),
+           ("1:1:4 2:0:1", "1:1:4:3 2:0:1:1"), proc, log)
+
+    # Warm restart: SIGTERM writes the snapshot; a new daemon loads it and
+    # answers the same.
+    queries = [("MATCH", A), ("MATCHT", A), ("MATCH", toks(0, 4)),
+               ("MATCH lora=adapter-a", toks(0, 4)), ("MATCHT", toks(0, 2)),
+               ("WORKER", [1, 1]), ("WORKER", [2, 0])]
+    ask_all = lambda c: [c.ask(q + " " + " ".join(map(str, t)))  # noqa: E731
+                         for q, t in queries]
+    answers = ask_all(cl)
+    st0 = cl.stats()
+    stop(proc, log, "writes the snapshot")
+    expect("snapshot written", (os.path.exists(snap), os.path.exists(snap + ".tmp"),
+                                f"wrote {st0['blocks']} blocks of {st0['workers']} workers"
+                                in open(log).read()),
+           (True, False, True), None, None)
+
+    proc, log, cl = start("daemon2.log")
+    expect("snapshot loaded", f"loaded {st0['blocks']} blocks of {st0['workers']} workers"
+           in open(log).read(), True, proc, log)
+    expect("same answers after a warm restart", ask_all(cl), answers, proc, log)
+    st = cl.stats()
+    expect("same totals", (st["blocks"], st["workers"], st["entries"]),
+           (st0["blocks"], st0["workers"], st0["entries"]), proc, log)
+    # The event ids came back too: the publishers going on is no restart.
+    join(cl, proc, log)
+    base, sent = cl.stats()["batches"], 0
+    p1.send([{"type": "BlockRemoved", "block_hashes": [7004]}])
+    # The engines' own block hashes came back as keys: worker 2 fills its hole.
+    p2.send([{"type": "BlockStored", "block_hashes": [sha(201)],
+              "parent_block_hash": sha(200), "token_ids": toks(1, 2), "block_size": BS}])
+    sent += 2
+    settle()
+    st = cl.stats()
+    expect("event ids and block keys survive the restart",
+           (st["restarts"], st["duplicates"], st["enoparent"], cl.matcht(A)),
+           (0, 0, 0, "1:1:3:2 2:0:3:3"), proc, log)
+    stop(proc, log, "after the warm restart")
+
+    # A damaged snapshot: the daemon logs why and starts empty.
+    good = open(snap, "rb").read()
+    for what, data, msg in (
+            ("truncated", good[:len(good) // 2], "snapshot ended early"),
+            ("corrupt", good[:30] + bytes([good[30] ^ 1]) + good[31:],
+             "snapshot is corrupt")):
+        open(snap, "wb").write(data)
+        proc, log, cl = start(f"daemon-{what}.log")
+        st = cl.stats()
+        expect(f"{what} snapshot: starts empty", (st["blocks"], st["workers"],
+                                                  msg in open(log).read()),
+               (0, 0, True), proc, log)
+        proc.kill()
+        proc.wait()
+
     p1.sock.close(0)
     p2.sock.close(0)
     ctx.term()
