@@ -284,10 +284,20 @@ KVIDX_API int kvidx_get_stats(const kvidx *ix, kvidx_stats *out);
  *   first event of a worker: any id;  id == last + 1: applied, KVIDX_OK;
  *   id > last + 1: applied, KVIDX_GAP (ask the engine for a replay);
  *   id == last: ignored, KVIDX_DUPLICATE;
- *   id < last: the engine restarted: its old blocks are dropped, the event is
- *   applied, KVIDX_RESTARTED (the drop stands even if the event then fails).
- * A failing event (negative status) changes nothing else and does not
- * advance the worker's id.  Cleared drops only that (worker, dp_rank). */
+ *   id < last: the engine restarted (as Dynamo reads a stream going
+ *   backwards): its old blocks are dropped, then the event is applied,
+ *   KVIDX_RESTARTED.  A replay of older ids therefore counts as a restart.
+ * An error wins over GAP / RESTARTED in the status (kvidx_last_event_id tells
+ * where the stream stands).  Ids and errors:
+ *   KVIDX_EINVAL / KVIDX_ENOTSUP (a malformed event): nothing happens.
+ *   KVIDX_ENOPARENT / KVIDX_ENOENT (the event does not fit the index: ask for
+ *   a resync): the id is used up, so the next event is not a false gap.
+ *   KVIDX_ENOMEM / KVIDX_EFULL (resources): the id is not used up, retry the
+ *   same event; after a restart the drop stands and the worker starts afresh.
+ * Ids are kept for workers holding blocks and, space permitting, for others
+ * (the table has 2 x max_workers places; the ids of empty workers are
+ * forgotten when it fills, and their next event counts as a first).
+ * Cleared drops only that (worker, dp_rank). */
 enum { KVIDX_EV_STORED = 1, KVIDX_EV_REMOVED = 2, KVIDX_EV_CLEARED = 3 };
 typedef struct {
   uint64_t event_id;
@@ -307,9 +317,11 @@ typedef struct {
 KVIDX_API int kvidx_apply(kvidx *ix, const kvidx_event *ev);
 /* Last event id seen for a worker: KVIDX_OK, or KVIDX_ENOENT if none. */
 KVIDX_API int kvidx_last_event_id(const kvidx *ix, uint64_t worker_id, uint32_t dp_rank, uint64_t *out);
-/* "GPU"/"cuda"/"device"/"gpu" -> DEVICE, "CPU"/"cpu"/"host"/"cpu_pinned" ->
- * HOST, "DISK"/"disk"/"ssd"/"nvme"/"LOCAL_DISK" -> DISK; NULL, empty or
- * unknown names -> DEVICE (what engines that send no medium mean). */
+/* Case-insensitive: "cpu", "host", "cpu_pinned", "pinned", "dram" -> HOST;
+ * "disk", "ssd", "nvme", "local_disk", "storage" -> DISK; "GPU", "cuda",
+ * NULL, empty and any other name -> DEVICE (what engines that send no
+ * medium mean).  Check unknown media yourself if that default is wrong for
+ * your engine. */
 KVIDX_API int kvidx_tier_from_name(const char *medium);
 
 /* Approximate mode (cfg.evict = KVIDX_EVICT_EXPIRY): the router records its
@@ -2511,13 +2523,16 @@ KVIDX_DEF int kvidx_apply(kvidx *ix, const kvidx_event *ev) {
     kvidx_event clr = *ev;
     clr.type = KVIDX_EV_CLEARED;
     kvidx__apply_op(ix, &clr);
-    e->last = ev->event_id;
     info = KVIDX_RESTARTED;
   } else if (e && ev->event_id > e->last + 1) {
     info = KVIDX_GAP;
   }
   rc = kvidx__apply_op(ix, ev);
-  if (rc == KVIDX_OK || rc == KVIDX_ENOENT) { /* it changed the index: the id counts */
+  if (rc == KVIDX_ENOMEM || rc == KVIDX_EFULL) {
+    /* a resource refusal: the caller may retry the same event, so its id is
+     * not used up; after a restart the worker starts afresh */
+    if (info == KVIDX_RESTARTED) kvidx__ev_del(ix, KVIDX__CAST(uint32_t, e - ix->evtab));
+  } else { /* applied, or refused for good (unknown parent / seqs): the id counts */
     if (!e) e = kvidx__ev_put(ix, ev->worker_id, ev->dp_rank);
     e->last = ev->event_id;
   }
@@ -2538,15 +2553,23 @@ KVIDX_DEF int kvidx_last_event_id(const kvidx *ix, uint64_t worker_id, uint32_t 
   return rc;
 }
 
+KVIDX__PRIV int kvidx__same_name(const char *a, const char *b) { /* ASCII, case-insensitive */
+  for (; *a && *b; a++, b++) {
+    char x = *a >= 'A' && *a <= 'Z' ? KVIDX__CAST(char, *a + 32) : *a, y = *b;
+    if (x != y) return 0;
+  }
+  return *a == *b;
+}
+
 KVIDX_DEF int kvidx_tier_from_name(const char *m) {
-  static const char *const host[] = {"CPU", "cpu", "host", "HOST", "cpu_pinned", "CPU_PINNED", "pinned"};
-  static const char *const disk[] = {"DISK", "disk", "ssd", "SSD", "nvme", "NVME", "LOCAL_DISK", "local_disk"};
+  static const char *const host[] = {"cpu", "host", "cpu_pinned", "pinned", "dram"};
+  static const char *const disk[] = {"disk", "ssd", "nvme", "local_disk", "storage"};
   size_t i;
   if (!m) return KVIDX_TIER_DEVICE;
   for (i = 0; i < sizeof host / sizeof host[0]; i++)
-    if (!strcmp(m, host[i])) return KVIDX_TIER_HOST;
+    if (kvidx__same_name(m, host[i])) return KVIDX_TIER_HOST;
   for (i = 0; i < sizeof disk / sizeof disk[0]; i++)
-    if (!strcmp(m, disk[i])) return KVIDX_TIER_DISK;
+    if (kvidx__same_name(m, disk[i])) return KVIDX_TIER_DISK;
   return KVIDX_TIER_DEVICE; /* GPU, cuda, device, unknown, empty */
 }
 
@@ -3064,24 +3087,31 @@ KVIDX__PRIV int kvidx__dump_worker(kvidx__dumper *d) {
   return KVIDX_OK;
 }
 
-KVIDX_DEF int kvidx_dump(const kvidx *cix, kvidx_event_fn emit, void *ctx) {
-  kvidx *ix = KVIDX__MUT(cix);
+/* The caller holds the writer lock (writers wait; readers go on). */
+KVIDX__PRIV int kvidx__dump_locked(kvidx *ix, kvidx_event_fn emit, void *ctx) {
   kvidx__dumper d;
   int rc = KVIDX_OK;
-  if (!ix || !emit) return KVIDX_EINVAL;
   if (ix->kind == KVIDX_REFERENCE || ix->buffer_mode) return KVIDX_ENOTSUP;
   memset(&d, 0, sizeof d);
   d.ix = ix;
   d.emit = emit;
   d.ctx = ctx;
-  kvidx__lock(ix); /* writers wait; readers go on */
   for (d.slot = 0; d.slot < ix->max_workers && rc == KVIDX_OK; d.slot++)
     if (ix->slots[d.slot].used) rc = kvidx__dump_worker(&d);
-  kvidx__unlock(ix);
   if (d.map.key) kvidx__free(ix, d.map.key, d.map.cap * 16);
   if (d.recs.v) kvidx__free(ix, d.recs.v, d.recs.cap * 8);
   if (d.stack.v) kvidx__free(ix, d.stack.v, d.stack.cap * 8);
   if (d.fake.v) kvidx__free(ix, d.fake.v, d.fake.cap * 8);
+  return rc;
+}
+
+KVIDX_DEF int kvidx_dump(const kvidx *cix, kvidx_event_fn emit, void *ctx) {
+  kvidx *ix = KVIDX__MUT(cix);
+  int rc;
+  if (!ix || !emit) return KVIDX_EINVAL;
+  kvidx__lock(ix);
+  rc = kvidx__dump_locked(ix, emit, ctx);
+  kvidx__unlock(ix);
   return rc;
 }
 
@@ -3177,13 +3207,18 @@ KVIDX_DEF int kvidx_snapshot_write(const kvidx *cix, kvidx_write_fn write, void 
   h[8] = KVIDX__SNAP_VERSION;
   h[12] = KVIDX__SNAP_REC;
   if ((rc = kvidx__snap_out(&w, h, sizeof h)) != KVIDX_OK) return rc;
-  if ((rc = kvidx_dump(ix, kvidx__snap_emit, &w)) != KVIDX_OK) return w.failed ? KVIDX_EIO : rc;
-  for (i = 0; i <= ix->evtab_mask; i++) /* each worker's last event id */
+  /* holdings and event ids from one moment: writers wait for the whole
+   * write (buffer in memory and flush afterwards if your sink is slow) */
+  kvidx__lock(ix);
+  rc = kvidx__dump_locked(ix, kvidx__snap_emit, &w);
+  for (i = 0; rc == KVIDX_OK && i <= ix->evtab_mask; i++) /* each worker's last event id */
     if (ix->evtab[i].used) {
       kvidx__snap_rec(r, 3, 0, 0, ix->evtab[i].rank, ix->evtab[i].id, ix->evtab[i].last, 0, 0, 0);
-      if ((rc = kvidx__snap_out(&w, r, KVIDX__SNAP_REC)) != KVIDX_OK) return rc;
+      rc = kvidx__snap_out(&w, r, KVIDX__SNAP_REC);
       w.count++;
     }
+  kvidx__unlock(ix);
+  if (rc != KVIDX_OK) return w.failed ? KVIDX_EIO : rc;
   kvidx__snap_rec(r, 255, 0, 0, 0, 0, w.count, 0, 0, 0);
   XXH3_64bits_update(&w.st, r, 40);
   kvidx__put64(r + 40, XXH3_64bits_digest(&w.st));

@@ -86,11 +86,12 @@ static void test_event_ids(int kind) {
   CHECK_EQ(kvidx_apply(ix, &e), KVIDX_GAP); /* applied, gap reported */
   CHECK_EQ(kvidx_worker_blocks(ix, 1, 0), 5);
   e = ev_store(15, 1, &bogus, b + 5, 1, KVIDX_TIER_DEVICE);
-  CHECK_EQ(kvidx_apply(ix, &e), KVIDX_ENOPARENT); /* fails: id not advanced */
+  CHECK_EQ(kvidx_apply(ix, &e), KVIDX_ENOPARENT); /* refused for good: the id is used up */
   CHECK_EQ(kvidx_last_event_id(ix, 1, 0, &last), KVIDX_OK);
-  CHECK_EQ(last, 14);
-  e = ev_store(15, 1, &b[4].seq, b + 5, 1, KVIDX_TIER_DEVICE);
-  CHECK_EQ(kvidx_apply(ix, &e), KVIDX_OK);
+  CHECK_EQ(last, 15);
+  CHECK_EQ(kvidx_worker_blocks(ix, 1, 0), 5);
+  e = ev_store(16, 1, &b[4].seq, b + 5, 1, KVIDX_TIER_DEVICE);
+  CHECK_EQ(kvidx_apply(ix, &e), KVIDX_OK); /* no false gap */
   /* another dp_rank of the same worker: its own stream; Cleared drops only it */
   e = ev_store(3, 1, NULL, b, 2, KVIDX_TIER_DEVICE);
   e.dp_rank = 1;
@@ -110,6 +111,25 @@ static void test_event_ids(int kind) {
   CHECK_EQ(depth_of(ix, L, 6, 1, NULL), 2);
   CHECK_EQ(kvidx_last_event_id(ix, 1, 0, &last), KVIDX_OK);
   CHECK_EQ(last, 1);
+  /* a restart whose event is refused for resources: the drop stands, the id
+   * is not used up, and the same event goes through when retried */
+  {
+    kvidx *small = mk(kind, 8, 3, 0, 0);
+    e = ev_store(50, 7, NULL, b, 3, KVIDX_TIER_DEVICE);
+    CHECK_EQ(kvidx_apply(small, &e), KVIDX_OK);
+    e = ev_store(60, 8, NULL, b, 1, KVIDX_TIER_DEVICE);
+    CHECK_EQ(kvidx_apply(small, &e), KVIDX_EFULL); /* 4 > 3: id 60 not used */
+    CHECK_EQ(kvidx_last_event_id(small, 8, 0, &last), KVIDX_ENOENT);
+    e = ev_store(40, 7, NULL, b, 4, KVIDX_TIER_DEVICE);
+    CHECK_EQ(kvidx_apply(small, &e), KVIDX_EFULL); /* restart: dropped, then 4 > 3 */
+    CHECK_EQ(kvidx_worker_blocks(small, 7, 0), 0);
+    CHECK_EQ(kvidx_last_event_id(small, 7, 0, &last), KVIDX_ENOENT);
+    e.n = 3;
+    CHECK_EQ(kvidx_apply(small, &e), KVIDX_OK); /* the retry: a first event again */
+    CHECK_EQ(kvidx_worker_blocks(small, 7, 0), 3);
+    CHECK_EQ(kvidx__check(small), 0);
+    kvidx_destroy(small);
+  }
   /* bad events */
   e.type = 9;
   CHECK_EQ(kvidx_apply(ix, &e), KVIDX_EINVAL);
@@ -134,6 +154,9 @@ static void test_tiers(int kind) {
   CHECK_EQ(kvidx_tier_from_name("DISK"), KVIDX_TIER_DISK);
   CHECK_EQ(kvidx_tier_from_name(NULL), KVIDX_TIER_DEVICE);
   CHECK_EQ(kvidx_tier_from_name("tape?"), KVIDX_TIER_DEVICE);
+  CHECK_EQ(kvidx_tier_from_name("Cpu"), KVIDX_TIER_HOST);
+  CHECK_EQ(kvidx_tier_from_name("cpux"), KVIDX_TIER_DEVICE);
+  CHECK_EQ(kvidx_tier_from_name("cp"), KVIDX_TIER_DEVICE);
   e = ev_store(1, 5, NULL, b, 4, KVIDX_TIER_DEVICE);
   CHECK_EQ(kvidx_apply(ix, &e), KVIDX_OK);
   e = ev_store(2, 5, NULL, b, 2, KVIDX_TIER_HOST); /* offloaded copies of the first two */

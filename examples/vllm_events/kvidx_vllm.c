@@ -319,11 +319,12 @@ static int apply_noop(uint64_t id, uint64_t wid, uint32_t dp) {
 }
 
 /* Applies one event with its id; returns kvidx_apply's status.  A refused
- * event (negative status) normally leaves the id unused: it is then used up
- * by an empty Removed, so the next event is not taken for a gap.  A refused
- * event whose id went backwards still dropped the worker's old blocks and
- * took the id (kvidx_apply then returns only the error): that is counted as
- * a restart here. */
+ * event (negative status) reports only the error: if its id went backwards
+ * the worker's old blocks were dropped all the same (counted as a restart
+ * here).  kvidx_apply uses the id up for an event that does not fit
+ * (unknown parent or seqs) but not for a resource refusal (the caller could
+ * retry); this daemon does not retry, so such an id is used up by an empty
+ * Removed, and the next event is not taken for a gap. */
 static int apply_ev(const kvidx_event *ev) {
   uint64_t prev = 0, now = 0;
   int have_prev = kvidx_last_event_id(g_ix, ev->worker_id, ev->dp_rank, &prev) == KVIDX_OK;
@@ -333,10 +334,12 @@ static int apply_ev(const kvidx_event *ev) {
     return rc;
   }
   count_status(rc);
-  if (kvidx_last_event_id(g_ix, ev->worker_id, ev->dp_rank, &now) == KVIDX_OK &&
-      now == ev->event_id)
-    note(KVIDX_RESTARTED, ev, have_prev, prev);
-  else
+  if (rc == KVIDX_EINVAL || rc == KVIDX_ENOTSUP) { /* malformed: nothing happened */
+    apply_noop(ev->event_id, ev->worker_id, ev->dp_rank);
+    return rc;
+  }
+  if (have_prev && prev > ev->event_id) note(KVIDX_RESTARTED, ev, have_prev, prev);
+  if (!(kvidx_last_event_id(g_ix, ev->worker_id, ev->dp_rank, &now) == KVIDX_OK && now == ev->event_id))
     apply_noop(ev->event_id, ev->worker_id, ev->dp_rank);
   return rc;
 }
