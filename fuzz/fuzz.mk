@@ -11,11 +11,12 @@
 #       FUZZ_TEST_SECONDS (default 20), in parallel.
 #   make fuzz-replay-<t> FILES=...   replay given inputs (gcc driver build).
 
-FUZZ_TARGETS      ?= fuzz_ops fuzz_hash fuzz_capacity
+FUZZ_TARGETS      ?= fuzz_ops fuzz_hash fuzz_capacity fuzz_snapshot
 FUZZ_SECONDS      ?= 600
 FUZZ_TEST_SECONDS ?= 20
-# extra defines, e.g. FUZZ_DEFS="-DFUZZ_AVOID_BUG1 -DFUZZ_AVOID_BUG2 -DFUZZ_AVOID_BUG3"
-# past known, still open bugs (fuzz/BUGS.md)
+# extra defines, e.g. FUZZ_DEFS="-DFUZZ_AVOID_BUG1 -DFUZZ_AVOID_BUG2
+# -DFUZZ_AVOID_BUG3" to fuzz past known bugs still open (fuzz/BUGS.md);
+# rm -rf build/fuzz after changing it
 FUZZ_DEFS         ?=
 FUZZ_DIR          := $(BUILD)/fuzz
 FUZZ_HDRS         := kvidx.h fuzz/fuzz_common.h
@@ -25,6 +26,7 @@ FUZZ_SAN_FLAGS    := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=u
 # a separate translation unit for it.
 fuzz_ops_SRCS      := fuzz/fuzz_ops.c
 fuzz_capacity_SRCS := fuzz/fuzz_capacity.c
+fuzz_snapshot_SRCS := fuzz/fuzz_snapshot.c
 fuzz_hash_SRCS     := fuzz/fuzz_hash.c fuzz/kvidx_impl.c
 
 # fuzz_ops: no coverage for the reference kind / checker (the oracle's

@@ -128,6 +128,14 @@ def main():
             'seed-heap-evict-fail': cap_cfg(heap=True, kind=1, mb=12, evict=True, c5=0x83) + arm(0x03) + workload() + arm(0x85) + workload(),
             'seed-heap-workers': cap_cfg(heap=True, kind=1, mw=1, mb=0x80) + bulk(5) + arm(3) + bulk(5, 2, True) + workload(),
         },
+        'fuzz_snapshot': {
+            'seed-roundtrip-basic': bytes([0x04 | (2 << 3)]) + workload(),
+            'seed-roundtrip-bytewise': bytes([0x04]) + workload()[:120],
+            'seed-roundtrip-long': bytes([0x04 | (3 << 3)]) + longstore(0) + longstore(1, 100, (3, 4)) + remove(0, (5, 6, 7))
+                                   + bulk(20, 0, stair=True) + bulk(10, 3, distinct=True),
+            'seed-parse-empty': bytes([0x00]),
+            'seed-parse-junk': bytes([0x01]) + bytes(range(64)),
+        },
         'fuzz_hash': {
             'seed-empty': b'',
             'seed-bs16': bytes([0x40, 0, 0, 0, 0, 0]) + bytes(range(256)),

@@ -1,0 +1,232 @@
+/* fuzz_snapshot.c - kvidx_snapshot_read on arbitrary bytes, and snapshot
+ * round trips between kinds.
+ *
+ * Input byte 0: bits 0-1 target kind (% 3), bit 2: round-trip mode.
+ *   parse mode: the rest is fed to kvidx_snapshot_read as the stream.  Any
+ *     status is fine, but: no crash or sanitizer report; the index passes
+ *     kvidx__check; on error it is empty (stats blocks / workers 0) and
+ *     usable (a store and a query work); on success its snapshot, written
+ *     again and read into a fresh index of each kind, gives the same answers.
+ *   round-trip mode: the rest is a fuzz_ops bytecode (fuzz_common.h) run on a
+ *     radix, a positional and a reference index; then each non-reference
+ *     index is written (kvidx_snapshot_write), the stream is read into a
+ *     fresh index of every kind, and each must answer like the reference
+ *     (queries over every stored chain, worker_blocks, stats); kvidx_dump
+ *     must succeed too.  The written stream is also cut short and bit
+ *     flipped and read again: never a crash, and on error an empty index. */
+#define KVIDX_IMPLEMENTATION
+#include "fuzz_common.h"
+
+typedef struct {
+  const uint8_t *p;
+  size_t n, i;
+} rd_ctx;
+
+/* Full reads, like fread: kvidx_snapshot_read takes a short read as the end
+ * of the stream (KVIDX_ETRUNCATED), see BUGS.md note 2. */
+static size_t rd_fn(void *ctx, void *buf, size_t len) {
+  rd_ctx *c = (rd_ctx *)ctx;
+  size_t left = c->n - c->i, k = len < left ? len : left;
+  memcpy(buf, c->p + c->i, k);
+  c->i += k;
+  return k;
+}
+
+typedef struct {
+  uint8_t *p;
+  size_t n, cap;
+} wr_ctx;
+
+static int wr_fn(void *ctx, const void *buf, size_t len) {
+  wr_ctx *c = (wr_ctx *)ctx;
+  if (c->n + len > c->cap) {
+    size_t nc = c->cap ? c->cap * 2 : 4096;
+    while (nc < c->n + len) nc *= 2;
+    uint8_t *np = (uint8_t *)realloc(c->p, nc);
+    if (!np) abort();
+    c->p = np;
+    c->cap = nc;
+  }
+  memcpy(c->p + c->n, buf, len);
+  c->n += len;
+  return 0;
+}
+
+static int count_fn(void *ctx, const kvidx_event *ev) {
+  (void)ev;
+  ++*(size_t *)ctx;
+  return 0;
+}
+
+static kvidx *fresh(int kind, uint32_t max_workers) {
+  kvidx_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.kind = kind;
+  cfg.max_workers = max_workers;
+  kvidx *ix = NULL;
+  if (kvidx_create(&ix, &cfg) != KVIDX_OK) FZ_FAIL("create(kind=%d) failed", kind);
+  return ix;
+}
+
+/* On error the target must be empty, valid and usable. */
+static void check_failed_target(kvidx *ix, int st, const char *what) {
+  kvidx_stats s;
+  memset(&s, 0, sizeof s);
+  kvidx_get_stats(ix, &s);
+  if (s.blocks || s.workers)
+    FZ_FAIL("%s: snapshot_read returned %d (%s) but left %zu blocks / %zu workers", what, st,
+            kvidx_strerror(st), s.blocks, s.workers);
+  fz_check(ix, what);
+  kvidx_block b = {0x11, 0x11};
+  int rc = kvidx_store(ix, 5, 0, NULL, &b, 1);
+  if (rc != KVIDX_OK) FZ_FAIL("%s: store after a failed snapshot_read returned %d", what, rc);
+  uint64_t q = 0x11;
+  kvidx_score sc[2];
+  if (kvidx_find_matches(ix, &q, 1, sc, 2) != 1) FZ_FAIL("%s: query after a failed snapshot_read", what);
+}
+
+static int read_into(kvidx *ix, const uint8_t *p, size_t n) {
+  rd_ctx rc = {p, n, 0};
+  return kvidx_snapshot_read(ix, rd_fn, &rc);
+}
+
+static fz_shadow sh;
+static fz_op op;
+
+/* Compares a against the reference by everything the shadow knows, plus
+ * all-alphabet queries of a few lengths. */
+static void cmp_to(const kvidx *ref, const kvidx *b, const char *bn, unsigned bulk_hi) {
+  fz_cmp_full(&sh, ref, "reference", b, bn, bulk_hi);
+}
+
+static void roundtrip(const uint8_t *data, size_t size) {
+  fz_rd r = {data, size, 0};
+  uint32_t mw = 64;
+  kvidx *ix[3];
+  const char *nm[3] = {"reference", "radix", "positional"};
+  ix[0] = fresh(KVIDX_REFERENCE, mw);
+  ix[1] = fresh(KVIDX_RADIX, mw);
+  ix[2] = fresh(KVIDX_POSITIONAL, mw);
+  fz_expiry_mode = 0;
+  fz_shadow_reset(&sh);
+  unsigned bulk_budget = 40, bulk_hi = 0;
+  int nops = 0;
+  while (fz_more(&r) && nops < 500) {
+    fz_gen_op(&r, &sh, &op, &bulk_budget);
+    int st[3] = {0, 0, 0};
+    switch (op.type) {
+    case FZ_STORE:
+      for (int k = 0; k < 3; k++) st[k] = fz_store(ix[k], &op);
+      break;
+    case FZ_REMOVE:
+      for (int k = 0; k < 3; k++) st[k] = kvidx_remove(ix[k], op.wid, op.dp, op.n ? op.seqs : NULL, op.n);
+      break;
+    case FZ_CLEAR:
+      for (int k = 0; k < 3; k++) st[k] = kvidx_clear(ix[k], op.wid, op.dp);
+      break;
+    case FZ_RMW:
+      for (int k = 0; k < 3; k++) st[k] = kvidx_remove_worker(ix[k], op.wid);
+      break;
+    case FZ_BULK:
+      for (unsigned i = 0; i < op.bulk_k; i++) {
+        unsigned id = op.bulk_lo + i;
+        static kvidx_block b[FZ_STAIR];
+        size_t nb = fz_bulk_blocks(id, op.bulk_distinct, b);
+        for (int k = 0; k < 3; k++) kvidx_store(ix[k], FZ_BULK_BASE + id, 0, NULL, b, nb);
+        if (id + 1 > bulk_hi) bulk_hi = id + 1;
+      }
+      break;
+    default: break;
+    }
+    if (st[1] != st[0] || st[2] != st[0]) FZ_FAIL("op %d: statuses %d %d %d", nops, st[0], st[1], st[2]);
+    fz_shadow_apply(&sh, &op, st[0]);
+    nops++;
+  }
+  for (int src = 1; src < 3; src++) {
+    wr_ctx w = {NULL, 0, 0};
+    int st = kvidx_snapshot_write(ix[src], wr_fn, &w);
+    if (st != KVIDX_OK) FZ_FAIL("snapshot_write(%s) = %d (%s)", nm[src], st, kvidx_strerror(st));
+    const char *out = getenv("FUZZ_SNAPSHOT_OUT"); /* seed maker: save as parse-mode inputs */
+    if (out) {
+      static unsigned seq;
+      char path[512];
+      snprintf(path, sizeof path, "%s/seed-snap-%s-%zu-%u", out, nm[src], w.n, seq++);
+      FILE *f = fopen(path, "wb");
+      if (f) {
+        uint8_t hdr = (uint8_t)(src == 1 ? KVIDX_RADIX : KVIDX_POSITIONAL);
+        fwrite(&hdr, 1, 1, f);
+        fwrite(w.p, 1, w.n, f);
+        fclose(f);
+      }
+    }
+    size_t nev = 0;
+    st = kvidx_dump(ix[src], count_fn, &nev);
+    if (st != KVIDX_OK) FZ_FAIL("kvidx_dump(%s) = %d (%s)", nm[src], st, kvidx_strerror(st));
+    for (int dst = 0; dst < 3; dst++) {
+      int kinds[3] = {KVIDX_REFERENCE, KVIDX_RADIX, KVIDX_POSITIONAL};
+      kvidx *t = fresh(kinds[dst], mw);
+      st = read_into(t, w.p, w.n);
+      if (st != KVIDX_OK)
+        FZ_FAIL("snapshot of %s (%zu bytes) read into %s: %d (%s)", nm[src], w.n, nm[dst], st, kvidx_strerror(st));
+      fz_check(t, "restored");
+      char what[64];
+      snprintf(what, sizeof what, "%s -> snapshot -> %s", nm[src], nm[dst]);
+      cmp_to(ix[0], t, what, bulk_hi);
+      kvidx_destroy(t);
+    }
+    /* damaged copies: truncated, one bit flipped */
+    if (w.n) {
+      size_t cut = (size * 131u + (size ? data[size - 1] : 0u) + w.n / 3) % w.n;
+      kvidx *t = fresh(KVIDX_RADIX, mw);
+      st = read_into(t, w.p, cut);
+      if (st == KVIDX_OK) FZ_FAIL("snapshot cut to %zu of %zu bytes was read as complete", cut, w.n);
+      check_failed_target(t, st, "truncated snapshot");
+      kvidx_destroy(t);
+      size_t bit = ((size_t)size * 2654435761u) % (w.n * 8);
+      w.p[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+      t = fresh(KVIDX_POSITIONAL, mw);
+      st = read_into(t, w.p, w.n);
+      if (st != KVIDX_OK) check_failed_target(t, st, "bit-flipped snapshot");
+      else fz_check(t, "bit-flipped snapshot");
+      kvidx_destroy(t);
+    }
+    free(w.p);
+  }
+  for (int k = 0; k < 3; k++) kvidx_destroy(ix[k]);
+}
+
+static void parse(const uint8_t *data, size_t size, int kind) {
+  kvidx *t = fresh(kind, 0);
+  int st = read_into(t, data, size);
+  if (st != KVIDX_OK) {
+    check_failed_target(t, st, "parse");
+    kvidx_destroy(t);
+    return;
+  }
+  fz_check(t, "parsed");
+  /* write it again and read into every kind: the same answers as t */
+  if (kind != KVIDX_REFERENCE) {
+    wr_ctx w = {NULL, 0, 0};
+    st = kvidx_snapshot_write(t, wr_fn, &w);
+    if (st != KVIDX_OK) FZ_FAIL("snapshot_write of a parsed index = %d", st);
+    for (int k = 0; k < 3; k++) {
+      kvidx *u = fresh(k, 0);
+      st = read_into(u, w.p, w.n);
+      if (st != KVIDX_OK) FZ_FAIL("re-read of a written snapshot into kind %d = %d (%s)", k, st, kvidx_strerror(st));
+      fz_check(u, "re-read");
+      fz_cmp_stats(t, "parsed", u, "re-read");
+      kvidx_destroy(u);
+    }
+    free(w.p);
+  }
+  kvidx_destroy(t);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size < 1) return 0;
+  uint8_t c = data[0];
+  int kind = (c & 3) % 3;
+  if (c & 4) roundtrip(data + 1, size - 1);
+  else parse(data + 1, size - 1, kind);
+  return 0;
+}
