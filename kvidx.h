@@ -58,6 +58,10 @@
  *   - find_matches(locals): query chains q_i; a worker's score is the largest
  *     k with the worker holding chains q_0..q_{k-1}; only k >= 1 reported,
  *     sorted by depth desc, then worker_id, then dp_rank ascending.
+ *     Chains are 64-bit hashes and stand for whole prefixes: every kind
+ *     agrees with the reference up to a chain collision (e.g. a crafted
+ *     local hash equal to another prefix's chain), which XXH3 makes
+ *     vanishingly rare for real token blocks.
  *   - Capacity: cfg.max_blocks bounds (worker, block) holdings, cfg.max_workers
  *     the workers holding >= 1 block: both are semantic (every kind refuses
  *     the same stores with KVIDX_EFULL).  cfg.max_entries bounds the index's
@@ -361,7 +365,8 @@ KVIDX_API size_t kvidx_find_matches_tiered(const kvidx *ix, const uint64_t *loca
  * Eviction recency restarts from load order; expiries are kept. */
 typedef int (*kvidx_event_fn)(void *ctx, const kvidx_event *ev);
 typedef int (*kvidx_write_fn)(void *ctx, const void *buf, size_t len); /* 0 = ok */
-typedef size_t (*kvidx_read_fn)(void *ctx, void *buf, size_t len);    /* bytes read */
+typedef size_t (*kvidx_read_fn)(void *ctx, void *buf, size_t len);    /* bytes read,
+                                                  0 = end (short reads are fine) */
 KVIDX_API int kvidx_dump(const kvidx *ix, kvidx_event_fn emit, void *ctx);
 KVIDX_API int kvidx_snapshot_write(const kvidx *ix, kvidx_write_fn write, void *ctx);
 KVIDX_API int kvidx_snapshot_read(kvidx *ix, kvidx_read_fn read, void *ctx);
@@ -1161,7 +1166,7 @@ KVIDX__PRIV void kvidx__ref_drop_block(kvidx *ix, kvidx__rworker *w, kvidx__rslo
 }
 
 /* Eviction, obviously: scan every block for the smallest (k1, k2). */
-KVIDX__PRIV void kvidx__ref_prune(kvidx *ix, size_t limit, const kvidx__rworker *pw, const uint64_t *pseq) {
+KVIDX__PRIV void kvidx__ref_prune(kvidx *ix, size_t limit, kvidx__rworker *pw, const uint64_t *pseq) {
   while (ix->ref->blocks > limit) {
     kvidx__rworker *bw = NULL;
     kvidx__rslot *best = NULL;
@@ -1177,7 +1182,7 @@ KVIDX__PRIV void kvidx__ref_prune(kvidx *ix, size_t limit, const kvidx__rworker 
     }
     if (!best) return;
     kvidx__ref_drop_block(ix, bw, best);
-    kvidx__ref_forget_if_empty(ix, bw);
+    if (bw != pw) kvidx__ref_forget_if_empty(ix, bw); /* the storing worker keeps its reserved maps */
   }
 }
 
@@ -1194,12 +1199,8 @@ KVIDX__PRIV int kvidx__ref_store(kvidx *ix, uint64_t id, uint32_t rank, const ui
     pchain = p->b;
   }
   if (n == 0) return KVIDX_OK;
-  if (ix->evict) { /* make room by policy (never the parent), then the store fits */
-    if (ix->ref->blocks > lim) {
-      if (n + (parent != NULL) > ix->max_blocks) return KVIDX_EFULL;
-      kvidx__ref_prune(ix, ix->evict_target < lim ? ix->evict_target : lim, w, parent);
-      w = kvidx__ref_worker(ix, id, rank);
-    }
+  if (ix->evict) { /* refusals first: a refused store evicts nothing */
+    if (n + (parent != NULL) > ix->max_blocks) return KVIDX_EFULL;
   } else if (ix->ref->blocks + n > ix->max_blocks) {
     /* how many seqs are new (first occurrence in the run, not yet held) */
     for (i = 0; i < n; i++) {
@@ -1230,6 +1231,8 @@ KVIDX__PRIV int kvidx__ref_store(kvidx *ix, uint64_t id, uint32_t rank, const ui
     w->live = 1;
     ix->ref->nworkers++;
   }
+  if (ix->evict && ix->ref->blocks > lim) /* make room by policy (never the parent), then the store fits */
+    kvidx__ref_prune(ix, ix->evict_target < lim ? ix->evict_target : lim, w, parent);
   for (i = 0; i < n; i++) {
     kvidx__rslot *held = kvidx__rmap_get(&w->blocks, b[i].seq), *c;
     uint64_t chain;
@@ -1728,25 +1731,17 @@ KVIDX__PRIV void kvidx__unlock(kvidx *ix) {
 /* Prune the eviction order's first holdings until at most `limit` remain,
  * never the protected record (a store's parent). */
 KVIDX__PRIV void kvidx__prune(kvidx *ix, size_t limit, uint32_t protect) {
-  uint64_t pk1 = 0, pk2 = 0;
-  if (protect != KVIDX__NONE) { /* park it at the end of the order */
-    kvidx__srec *r = KVIDX__SREC(ix, protect);
-    pk1 = r->k1;
-    pk2 = r->k2;
-    r->k1 = r->k2 = ~KVIDX__CAST(uint64_t, 0);
-    kvidx__heap_fix(ix, protect);
-  }
+  if (protect != KVIDX__NONE) kvidx__heap_del(ix, protect); /* out of the order meanwhile */
   while (ix->blocks > limit && ix->heap_n) {
     uint32_t rid = ix->heap[0], s = KVIDX__SREC(ix, rid)->h.slot;
-    if (rid == protect) break;
     kvidx__unhold(ix, s, rid);
     if (!ix->slots[s].blocks) kvidx__slot_release(ix, s);
   }
-  if (protect != KVIDX__NONE) {
+  if (protect != KVIDX__NONE) { /* back in, where its keys put it */
     kvidx__srec *r = KVIDX__SREC(ix, protect);
-    r->k1 = pk1;
-    r->k2 = pk2;
-    kvidx__heap_fix(ix, protect);
+    ix->heap[ix->heap_n] = protect;
+    r->hpos = ix->heap_n++;
+    kvidx__heap_up(ix, r->hpos);
   }
 }
 
@@ -1783,7 +1778,11 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
   }
   if (n == 0) return KVIDX_OK;
   if (n > KVIDX__ID_LIMIT) return KVIDX_EFULL;
-  if (ix->evict && ix->blocks > lim && n + (parent != NULL) > ix->max_blocks) return KVIDX_EFULL;
+  if (ix->evict) { /* every refusal comes before the prune: a refused store evicts nothing */
+    if (n + (parent != NULL) > ix->max_blocks) return KVIDX_EFULL; /* could never fit */
+    if (s == KVIDX__NONE && ix->slot_free == KVIDX__NONE) return KVIDX_EFULL; /* no worker slot */
+    if (ix->ent_count + n > ix->max_entries) return KVIDX_EFULL; /* worst case; pruning only frees */
+  }
   /* reserve first: after this, only the semantic limits can refuse */
   if ((rc = kvidx__pool_reserve(ix, &ix->S, n, ix->max_blocks)) != KVIDX_OK ||
       /* a run needs at most n + 1 worker records: one per new block, plus
@@ -3242,13 +3241,25 @@ KVIDX__PRIV void kvidx__empty(kvidx *ix) {
   ix->evtab_n = 0;
 }
 
+/* Streams may return less than asked (pipes, sockets): read until len bytes
+ * or the end of the stream (a 0 return). */
+KVIDX__PRIV size_t kvidx__read_full(kvidx_read_fn read, void *ctx, unsigned char *buf, size_t len) {
+  size_t got = 0;
+  while (got < len) {
+    size_t k = read(ctx, buf + got, len - got);
+    if (k == 0 || k > len - got) break;
+    got += k;
+  }
+  return got;
+}
+
 KVIDX__PRIV int kvidx__snap_read_all(kvidx *ix, kvidx_read_fn read, void *ctx) {
   unsigned char h[24], r[KVIDX__SNAP_REC];
   XXH3_state_t st;
   uint64_t count = 0;
   XXH3_INITSTATE(&st);
   XXH3_64bits_reset(&st);
-  if (read(ctx, h, sizeof h) != sizeof h) return KVIDX_ETRUNCATED;
+  if (kvidx__read_full(read, ctx, h, sizeof h) != sizeof h) return KVIDX_ETRUNCATED;
   if (memcmp(h, "KVIDXSNP", 8)) return KVIDX_ECORRUPT;
   if (kvidx__get64(h + 8) != (KVIDX__SNAP_VERSION | (KVIDX__CAST(uint64_t, KVIDX__SNAP_REC) << 32)))
     return kvidx__get32(h + 8) != KVIDX__SNAP_VERSION
@@ -3260,7 +3271,7 @@ KVIDX__PRIV int kvidx__snap_read_all(kvidx *ix, kvidx_read_fn read, void *ctx) {
     uint32_t rank;
     uint64_t worker, a, b, c, d;
     int rc;
-    if (read(ctx, r, sizeof r) != sizeof r) return KVIDX_ETRUNCATED;
+    if (kvidx__read_full(read, ctx, r, sizeof r) != sizeof r) return KVIDX_ETRUNCATED;
     rank = kvidx__get32(r + 4);
     worker = kvidx__get64(r + 8);
     a = kvidx__get64(r + 16);
