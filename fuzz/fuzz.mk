@@ -14,8 +14,7 @@
 FUZZ_TARGETS      ?= fuzz_ops fuzz_hash fuzz_capacity fuzz_snapshot
 FUZZ_SECONDS      ?= 600
 FUZZ_TEST_SECONDS ?= 20
-# extra defines, e.g. FUZZ_DEFS="-DFUZZ_AVOID_BUG1 -DFUZZ_AVOID_BUG2
-# -DFUZZ_AVOID_BUG3" to fuzz past known bugs still open (fuzz/BUGS.md);
+# extra compiler flags for the fuzz builds (e.g. -DKVIDX_NO_THREADS);
 # rm -rf build/fuzz after changing it
 FUZZ_DEFS         ?=
 FUZZ_DIR          := $(BUILD)/fuzz

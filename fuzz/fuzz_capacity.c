@@ -130,15 +130,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   /* c0 bit 4: LRS eviction (with a block cap), c0 bit 5: evict_target_pct 50 */
   cfg.evict = (c0 & 0x10) && cfg.max_blocks ? KVIDX_EVICT_LRS : KVIDX_EVICT_NONE;
   cfg.evict_target_pct = cfg.evict && (c0 & 0x20) ? 50 : 0;
-#ifdef FUZZ_AVOID_BUG1
-  /* BUGS.md bug 1 (eviction, then an EFULL from the worker or entry cap
-   * keeps the evictions):
-   * build with -DFUZZ_AVOID_BUG1 to fuzz past it until it is fixed */
-  if (cfg.evict) {
-    cfg.max_entries = 64 * cfg.max_blocks;
-    cfg.max_workers = 320; /* > FZ_NW + the bulk budget */
-  }
-#endif
   const char *sn = heap ? "heap" : "buffer";
 
   memset(&hk, 0, offsetof(hook_t, live));
@@ -213,12 +204,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (code % 16 == 15) { /* arm the hook */
       uint8_t a = fz_u8(&r);
       disarm();
-#ifdef FUZZ_AVOID_BUG1
-      if (cfg.evict && kind == KVIDX_REFERENCE) { /* bug 1, ENOMEM after a prune */
-        nops++;
-        continue;
-      }
-#endif
       if (a < 128) { /* the a % 16-th next allocation fails, a / 16 + 1 in a row */
         hk.fail_from = hk.count + (a & 15);
         hk.fail_to = hk.fail_from + 1 + (a >> 4);
@@ -239,9 +224,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       int held_before = kvidx_worker_blocks(orc, op.wid, op.dp) != 0;
       kvidx_stats os;
       kvidx_get_stats(orc, &os);
-#ifdef FUZZ_AVOID_BUG2
-      if (cfg.evict && op.n + (size_t)op.has_parent > cfg.max_blocks) op.n = 0;
-#endif
       ss = fz_store(sub, &op);
       if (ss == KVIDX_EFULL && heap && cfg.max_blocks == 0 && cfg.max_entries == 0 &&
           (held_before || os.workers < cfg.max_workers))
@@ -274,9 +256,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         unsigned id = op.bulk_lo + i;
         static kvidx_block b[FZ_STAIR];
         size_t nb = fz_bulk_blocks(id, op.bulk_distinct, b);
-#ifdef FUZZ_AVOID_BUG2
-        if (cfg.evict && nb > cfg.max_blocks) nb = cfg.max_blocks;
-#endif
         hk.failed = 0;
         ss = kvidx_store(sub, FZ_BULK_BASE + id, 0, NULL, b, nb);
         if (ss == KVIDX_ENOMEM && !hk.failed) FZ_FAIL("bulk store %u: ENOMEM but no allocation failed", id);

@@ -96,17 +96,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (ix[k]) kvidx_destroy(ix[k]);
     return 0;
   }
-#ifdef FUZZ_AVOID_BUG3
-  /* BUGS.md bug 3: in EXPIRY mode the first block ever stored, when it has
-   * no expiry, ties with the parked parent.  Use up that first block. */
-  if (fz_expiry_mode) {
-    kvidx_block d = {0xD0D0, 0xD0D0};
-    for (int k = 0; k < nix; k++) {
-      kvidx_store_ttl(ix[k], 0xDEAD, 0, NULL, &d, 1, 1);
-      kvidx_clear(ix[k], 0xDEAD, 0);
-    }
-  }
-#endif
   fz_shadow_reset(&sh);
   unsigned bulk_budget = 2600, bulk_hi = 0;
   static uint64_t q[FZ_QMAX];
@@ -119,11 +108,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     snprintf(what, sizeof what, "op %d", nops);
     switch (op.type) {
     case FZ_STORE:
-#ifdef FUZZ_AVOID_BUG2
-      /* BUGS.md bug 2: with eviction, a run longer than max_blocks into an
-       * empty index is accepted (and overflows the eviction heap) */
-      if (cfg.evict && op.n + (size_t)op.has_parent > cfg.max_blocks) op.n = 0;
-#endif
       for (int k = 0; k < nix; k++) st[k] = fz_store(ix[k], &op);
       cmp_status(what, st);
       break;
@@ -156,9 +140,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         unsigned id = op.bulk_lo + i;
         static kvidx_block b[FZ_STAIR];
         size_t nb = fz_bulk_blocks(id, op.bulk_distinct, b);
-#ifdef FUZZ_AVOID_BUG2
-        if (cfg.evict && nb > cfg.max_blocks) nb = cfg.max_blocks;
-#endif
         for (int k = 0; k < nix; k++) st[k] = kvidx_store(ix[k], FZ_BULK_BASE + id, 0, NULL, b, nb);
         snprintf(what, sizeof what, "op %d (bulk store %u)", nops, id);
         cmp_status(what, st);

@@ -1,7 +1,9 @@
 /* fuzz_snapshot.c - kvidx_snapshot_read on arbitrary bytes, and snapshot
  * round trips between kinds.
  *
- * Input byte 0: bits 0-1 target kind (% 3), bit 2: round-trip mode.
+ * Input byte 0: bits 0-1 target kind (% 3), bit 2: round-trip mode, bits 3-4
+ * how the read callback delivers: all it is asked for, 1 byte, 7 bytes or
+ * 1..40 bytes per call (short reads are allowed; 0 ends the stream).
  *   parse mode: the rest is fed to kvidx_snapshot_read as the stream.  Any
  *     status is fine, but: no crash or sanitizer report; the index passes
  *     kvidx__check; on error it is empty (stats blocks / workers 0) and
@@ -20,13 +22,28 @@
 typedef struct {
   const uint8_t *p;
   size_t n, i;
+  int chunk; /* 0 full reads, 1 one byte, 2 seven bytes, 3 random sizes */
+  uint32_t rng;
 } rd_ctx;
 
-/* Full reads, like fread: kvidx_snapshot_read takes a short read as the end
- * of the stream (KVIDX_ETRUNCATED), see BUGS.md note 2. */
+static int rd_chunk; /* from input byte 0, bits 3-4 */
+
+/* Short reads (read(2) style) are allowed since 77050f4 (BUGS.md note 2):
+ * only a 0 return ends the stream. */
 static size_t rd_fn(void *ctx, void *buf, size_t len) {
   rd_ctx *c = (rd_ctx *)ctx;
   size_t left = c->n - c->i, k = len < left ? len : left;
+  size_t lim = k;
+  switch (c->chunk) {
+  case 1: lim = 1; break;
+  case 2: lim = 7; break;
+  case 3:
+    c->rng = c->rng * 1103515245u + 12345u;
+    lim = 1 + (c->rng >> 16) % 40;
+    break;
+  default: break;
+  }
+  if (k > lim) k = lim;
   memcpy(buf, c->p + c->i, k);
   c->i += k;
   return k;
@@ -86,7 +103,7 @@ static void check_failed_target(kvidx *ix, int st, const char *what) {
 }
 
 static int read_into(kvidx *ix, const uint8_t *p, size_t n) {
-  rd_ctx rc = {p, n, 0};
+  rd_ctx rc = {p, n, 0, rd_chunk, 12345};
   return kvidx_snapshot_read(ix, rd_fn, &rc);
 }
 
@@ -226,6 +243,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
   uint8_t c = data[0];
   int kind = (c & 3) % 3;
+  rd_chunk = (c >> 3) & 3;
   if (c & 4) roundtrip(data + 1, size - 1);
   else parse(data + 1, size - 1, kind);
   return 0;
