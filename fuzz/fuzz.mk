@@ -9,7 +9,8 @@
 #       replays fuzz/corpus/<t> through the gcc driver (fuzz/main.c) built with
 #       ASan+UBSan, then (clang present) runs each libFuzzer target for
 #       FUZZ_TEST_SECONDS (default 20), in parallel.
-#   make fuzz-replay-<t> FILES=...   replay given inputs (gcc driver build).
+#   make fuzz-replay   just the corpus replay;  build/fuzz/<t>_replay FILE|DIR...
+#       replays given inputs (FUZZ_VERBOSE=1 prints every decoded op).
 
 FUZZ_TARGETS      ?= fuzz_ops fuzz_hash fuzz_capacity fuzz_snapshot
 FUZZ_SECONDS      ?= 600
@@ -53,10 +54,11 @@ fuzz-replay: fuzz-build-replay
 	  $(FUZZ_DIR)/$${t}_replay fuzz/corpus/$$t || { rc=1; echo "*** $$t: corpus replay FAILED (see fuzz/BUGS.md)"; }; \
 	done; exit $$rc
 
-# libFuzzer flags shared by both runs.  -dict only when the file exists.
+# libFuzzer flags shared by both runs ($(1) is a shell word); -dict only when
+# fuzz/<t>.dict exists.
 fuzz_flags = -print_final_stats=1 -timeout=25 -rss_limit_mb=2048 -max_len=4096 \
   -artifact_prefix=$(FUZZ_DIR)/artifacts/$(1)- \
-  $(if $(wildcard fuzz/$(1).dict),-dict=fuzz/$(1).dict)
+  $$(test -f fuzz/$(1).dict && echo -dict=fuzz/$(1).dict)
 
 ifeq ($(CLANG),)
 fuzz:
