@@ -12,7 +12,7 @@
 #   make fuzz-replay   just the corpus replay;  build/fuzz/<t>_replay FILE|DIR...
 #       replays given inputs (FUZZ_VERBOSE=1 prints every decoded op).
 
-FUZZ_TARGETS      ?= fuzz_ops fuzz_hash fuzz_capacity fuzz_snapshot fuzz_interleave
+FUZZ_TARGETS      ?= fuzz_ops fuzz_hash fuzz_capacity fuzz_snapshot fuzz_interleave fuzz_events
 FUZZ_SECONDS      ?= 600
 FUZZ_TEST_SECONDS ?= 20
 # extra compiler flags for the fuzz builds (e.g. -DKVIDX_NO_THREADS);
@@ -28,6 +28,7 @@ fuzz_ops_SRCS      := fuzz/fuzz_ops.c
 fuzz_capacity_SRCS := fuzz/fuzz_capacity.c
 fuzz_snapshot_SRCS := fuzz/fuzz_snapshot.c
 fuzz_interleave_SRCS := fuzz/fuzz_interleave.c
+fuzz_events_SRCS   := fuzz/fuzz_events.c
 fuzz_hash_SRCS     := fuzz/fuzz_hash.c fuzz/kvidx_impl.c
 
 # fuzz_ops: no coverage for the reference kind / checker (the oracle's
