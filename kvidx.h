@@ -2002,6 +2002,16 @@ typedef struct {
 
 #define KVIDX__QRING (2 * KVIDX_JUMP_MAX + 2)
 
+KVIDX__PRIV void kvidx__pq_init(kvidx__pq *p, const kvidx *ix, kvidx__rctx *rc, const uint64_t *loc, size_t n,
+                                kvidx__sink *k) {
+  p->ix = ix;
+  p->rc = rc;
+  p->loc = loc;
+  p->n = n;
+  p->qn = 0;
+  p->k = k;
+}
+
 KVIDX__PRIV uint64_t kvidx__pq_chain(kvidx__pq *p, size_t j) {
   while (p->qn <= j) {
     size_t i = p->qn++;
@@ -2055,12 +2065,7 @@ KVIDX__PRIV void kvidx__pos_find(const kvidx *ix, kvidx__rctx *rc, const uint64_
   uint64_t act[KVIDX__NW_MAX], b[KVIDX__NW_MAX], d[KVIDX__NW_MAX];
   uint32_t nw = rc->nw, i;
   size_t cur = 0, jump = ix->jump;
-  p.ix = ix;
-  p.rc = rc;
-  p.loc = loc;
-  p.n = n;
-  p.qn = 0;
-  p.k = k;
+  kvidx__pq_init(&p, ix, rc, loc, n, k);
   if (!n || !kvidx__pq_probe(&p, 0, act) || !kvidx__bs_any(act, nw)) return;
   while (cur + 1 < n) {
     size_t nxt = cur + jump < n - 1 ? cur + jump : n - 1;
@@ -2092,12 +2097,7 @@ KVIDX__PRIV void kvidx__tier_find(const kvidx *ix, kvidx__rctx *rc, const uint64
   uint32_t cnt[KVIDX_WORKERS_MAX], nw = rc->nw, i, cur = KVIDX__NONE;
   size_t pos;
   int radix = ix->kind == KVIDX_RADIX;
-  p.ix = ix;
-  p.rc = rc;
-  p.loc = loc;
-  p.n = n;
-  p.qn = 0;
-  p.k = k;
+  kvidx__pq_init(&p, ix, rc, loc, n, k);
   for (pos = 0; pos < n; pos++) {
     int any = 0, found =
         radix ? kvidx__probe(ix, rc, 0, cur, loc[pos], 0, b, dv, &cur)
