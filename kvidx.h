@@ -67,7 +67,8 @@
  *     the same stores with KVIDX_EFULL).  cfg.max_entries bounds the index's
  *     own entries (radix nodes / positional entries): a memory cap that can
  *     refuse earlier than max_blocks for some kinds.  On any error nothing
- *     changed.
+ *     changed.  With cfg.evict set, a store that would pass max_blocks first
+ *     prunes by the policy (every refusal is decided before that).
  *
  * KINDS: which to choose
  *   KVIDX_RADIX       tree of nodes, one per chain, children found through a
@@ -75,8 +76,9 @@
  *                     never hash; robust for short prompts and tiny fleets.
  *   KVIDX_POSITIONAL  Dynamo's Flash Indexer made exact: entries keyed by
  *                     (position, local) with the chain verified; jump search
- *                     with binary-searched drain points.  Fastest on long
- *                     shared prefixes (the common case); default choice.
+ *                     (cfg.jump, default 16, doubling while every worker
+ *                     stays) with binary-searched drain points.  Fastest on
+ *                     long shared prefixes (the common case); default choice.
  *   KVIDX_REFERENCE   the naive nested-map model that defines the semantics:
  *                     a correctness oracle for your own tests.  Slow.
  *
