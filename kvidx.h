@@ -1947,7 +1947,6 @@ KVIDX__PRIV int kvidx__probe(const kvidx *cix, kvidx__rctx *rc, uint32_t pos, ui
     kvidx__fence_acq();
     if (kvidx__ld(&ix->tab_ver) == tv) break; /* a miss is only trusted if no rehash ran */
   }
-  (void)tries;
   for (i = 0; i < nw; i++) bits[i] = 0;
   if (dev)
     for (i = 0; i < nw; i++) dev[i] = 0;
