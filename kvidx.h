@@ -235,6 +235,8 @@ typedef struct {
   void *alloc_ctx;
   int evict;            /* KVIDX_EVICT_*; 0 = none (needs max_blocks)        */
   uint32_t evict_target_pct; /* prune down to this % of max_blocks; 0 = 80  */
+  uint64_t seed;        /* keys the index's hash tables; 0 = a random one
+                           (set it only to make layouts reproducible)      */
 } kvidx_config;
 
 #define KVIDX_BUFFER_DEFAULT_BLOCKS 65536u
@@ -417,17 +419,19 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
 #define KVIDX__NW_MAX ((KVIDX_WORKERS_MAX + 63) / 64)
 #define KVIDX__DEFAULT_WORKERS 1024u
 #define KVIDX__DEFAULT_JUMP 16u /* measured: bench/results/jump.md */
-#define KVIDX__NONE 0xFFFFFFFFu   /* "no id": root parent, end of list      */
-#define KVIDX__ID_LIMIT 0x7FFFFFF0u /* ids and pool sizes stay below this    */
 
 #if defined(__cplusplus)
 #define KVIDX__CAST(T, x) (static_cast<T>(x))
 #define KVIDX__RCAST(T, x) (reinterpret_cast<T>(x))
 #define KVIDX__MUT(x) (const_cast<kvidx *>(x)) /* readers load atomics only */
+#define KVIDX__UNC(T, x) (const_cast<T>(x))
+#define KVIDX__ADDR(p) (reinterpret_cast<uintptr_t>(p))
 #else
 #define KVIDX__CAST(T, x) ((T)(x))
 #define KVIDX__RCAST(T, x) ((T)(x))
 #define KVIDX__MUT(x) ((kvidx *)(x))
+#define KVIDX__UNC(T, x) ((T)(x))
+#define KVIDX__ADDR(p) ((uintptr_t)(p))
 #endif
 
 /* ---- atomics: one macro layer --------------------------------------------
@@ -477,12 +481,41 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
 #define kvidx__xchg_acq(p, v) atomic_exchange_explicit((p), (v), memory_order_acquire)
 #endif
 
+/* A prefetch hint: the writer touches one random line per block of an event,
+ * so it asks for the lines of blocks a few places ahead. */
+#if defined(__GNUC__) || defined(__clang__)
+#define KVIDX__PREFETCH(p) __builtin_prefetch(p)
+#else
+#define KVIDX__PREFETCH(p) ((void)(p))
+#endif
+#define KVIDX__AHEAD 8
+
+/* A spin-wait hint for the writer lock and readers' retries. */
+#if defined(KVIDX_NO_THREADS)
+#define KVIDX__PAUSE() ((void)0)
+#elif (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+#define KVIDX__PAUSE() __builtin_ia32_pause()
+#else
+#define KVIDX__PAUSE() ((void)0)
+#endif
+#if KVIDX_WORKERS_MAX > 65535
+#error "KVIDX_WORKERS_MAX must stay below 65536 (a query's hit records keep 16 bits per slot)"
+#endif
+
 #ifdef KVIDX_STATIC
 #define KVIDX_DEF KVIDX_API
 #else
 #define KVIDX_DEF
 #endif
 #define KVIDX__PRIV static
+
+#define KVIDX__NONE 0xFFFFFFFFu     /* "no id": the root as a parent, end of list */
+#define KVIDX__ID_LIMIT 0x7FFFFFF0u /* ids and element counts stay below this     */
+#define KVIDX__RUN_MAX 64           /* blocks per run: a worker's share is one u64 */
+#define KVIDX__SEGS 28              /* grow-only segments per array              */
+#define KVIDX__WCLASSES 14          /* word chunks of 1 << 0 .. 1 << 13 words    */
+#define KVIDX__NOCLASS 0xFFu
+
 
 /* ========================================================================== */
 /* 1. Hashing                                                                 */
@@ -570,138 +603,177 @@ KVIDX_DEF void kvidx_seq_hashes(const uint64_t *local, size_t n, uint64_t *out_s
 }
 
 /* Bucket hash for the index's own tables (keys may be tiny in tests). */
-KVIDX__PRIV uint64_t kvidx__mix(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ULL;
-  x ^= x >> 33;
-  return x;
-}
-
-/* ========================================================================== */
-/* 2. Memory, worker slots and bitsets (shared by every kind)                */
-/* ========================================================================== */
-
-/* A record pool with a chained hash over it: used for the writer-side maps
- * (seq records, worker-entry records).  Records have stable 32-bit ids; the
- * pool may be reallocated because readers never look at it. */
+/* Buffer mode carves every allocation out of the caller's buffer: size
+ * classes of 2^k, 1.25, 1.5 and 1.75 x 2^k bytes (a table's header past a
+ * power of two costs a quarter, not double), a free list each, never split
+ * or merged (firmware-simple). */
 typedef struct {
-  uint32_t hnext; /* next id in bucket, KVIDX__NONE = end; free list link  */
-  uint32_t slot;  /* owning worker slot; KVIDX__NONE = record is free      */
-  uint64_t key;
-} kvidx__rh;
+  unsigned char *next, *end;
+  void *free_list[4 * 48];
+} kvidx__arena;
 
-typedef struct { /* (slot, seq) -> the block a worker holds              */
-  kvidx__rh h;
-  uint32_t entry;  /* index entry of the block                          */
-  uint32_t parent; /* entry of its parent block, KVIDX__NONE = root     */
-  uint32_t lnext, lprev; /* the worker's list of records (for Cleared)  */
-  uint32_t tiers;  /* bit per KVIDX_TIER_* the worker holds it on       */
-  uint32_t hpos;   /* position in the eviction heap                     */
-  uint32_t er, pr; /* this worker's records of entry and parent (ids are
-                      stable: both live at least as long as this one)   */
-  uint64_t k1, k2; /* eviction order (min first); present only when
-                      cfg.evict is set: the pool's record size says so  */
-} kvidx__srec;
-#define KVIDX__SREC_SMALL (offsetof(kvidx__srec, k1))
+/* ---- the types, in the data's path ------------------------------------- */
+typedef struct { /* a grow-only array of es-byte elements (see 2.) */
+  KVIDX__A(unsigned char *) seg[28];
+  uint64_t cap;
+  size_t es;
+  uint32_t shift0, nseg;
+} kvidx__grow;
 
-typedef struct { /* (slot, entry) -> how the worker relates to the entry   */
-  kvidx__rh h;
-  uint32_t mult;     /* seqs of this worker whose block is this entry      */
-  uint32_t children; /* this worker's blocks whose parent is this entry    */
-  uint32_t devmult;  /* of mult, those on the device tier                  */
-} kvidx__erec;
+typedef struct {
+  kvidx__grow g;            /* atomic u64 words                          */
+  uint64_t hw, used;        /* bump mark; words in live chunks           */
+  uint32_t free_head[14];   /* per class: first free chunk, or NONE      */
+} kvidx__words;
+
+typedef struct kvidx__mtab { /* a map's table; entries follow the header */
+  uint64_t mask, bytes;
+  struct kvidx__mtab *retired;
+} kvidx__mtab;
+
+typedef struct {
+  KVIDX__A(kvidx__mtab *) tab;
+  kvidx__mtab *retired;      /* shared maps: older tables, freed at destroy */
+  KVIDX__A(uint32_t) moves;  /* shared maps: seqlock around deletions       */
+  uint32_t ew, kw, occ, n;
+  int shared;
+} kvidx__map;
+
+/* A run: up to 64 consecutive blocks of one path, stored once for every
+ * worker (see the pictures in the design comment). */
+typedef struct {
+  KVIDX__A(uint32_t) ver;     /* seqlock: odd while the writer changes the run */
+  KVIDX__A(uint32_t) parent;  /* parent run, KVIDX__NONE = the root            */
+  KVIDX__A(uint32_t) shape;   /* len | parent offset << 8 | locals class << 16
+                                 | holders class << 24; len 0 = a free run     */
+  KVIDX__A(uint32_t) nhold;   /* holder entries in use                         */
+  KVIDX__A(uint32_t) locals;  /* word index of the locals chunk                */
+  KVIDX__A(uint32_t) holders; /* word index of the holder chunk                */
+  uint32_t kids;              /* writer: child-map entries under this run      */
+  uint32_t next_free;         /* writer: free list                             */
+} kvidx__run;
+
+/* A worker slot: the reader-visible identity (seqlocked) and the writer's
+ * per-worker state. */
+typedef struct {
+  KVIDX__A(uint32_t) ver;  /* seqlock over id, rank, gen                    */
+  KVIDX__A(uint32_t) rank;
+  KVIDX__A(uint64_t) id;
+  KVIDX__A(uint64_t) gen;  /* assignment generation: readers skip slots
+                              assigned after their query began (64 bits:
+                              never wraps)                                 */
+  uint32_t used, free_next;
+  size_t blocks;
+  kvidx__map seqs;         /* engine seq -> position | tiers (+ eviction keys) */
+} kvidx__slot;
 
 typedef struct { /* per-worker event id tracking (kvidx_apply)            */
   uint64_t id, last;
   uint32_t rank, used;
 } kvidx__evid;
 
-typedef struct {
-  unsigned char *recs;
-  uint32_t *heads;
-  size_t rec_size;
-  uint32_t cap, hw, count, free_head, mask;
-} kvidx__pool;
-
-/* Reader-visible part of a worker slot plus the writer's bookkeeping. */
-typedef struct {
-  KVIDX__A(uint64_t) id;
-  KVIDX__A(uint32_t) rank;
-  KVIDX__A(uint32_t) epoch; /* slot_epoch when assigned: readers skip slots
-                               reassigned during their query (6.)         */
-  uint32_t used;
-  size_t blocks;  /* holdings                                                */
-  size_t orphans; /* held blocks whose parent chain the worker does not hold */
-  uint32_t list;  /* newest srec, KVIDX__NONE = empty                        */
-  uint32_t free_next;
-} kvidx__slot;
-
-/* Index entry: one per chain (radix node / positional entry), followed by
- * nw bitset words.  Type-stable: once allocated an entry is only ever reused
- * as an entry, so a racing reader always reads valid atomics (see 6.). */
-typedef struct {
-  KVIDX__A(uint32_t) ver;  /* seqlock: odd while the writer changes it     */
-  KVIDX__A(uint32_t) next; /* hash chain, id + 1, 0 = end                  */
-  KVIDX__A(uint32_t) hash; /* key hash: tells a reader the entry moved     */
-  KVIDX__A(uint32_t) pos;  /* depth: 0 = child of the root                 */
-  KVIDX__A(uint64_t) local;
-  KVIDX__A(uint64_t) chain;
-  KVIDX__A(uint32_t) parent; /* parent entry, KVIDX__NONE = root          */
-  uint32_t refs;             /* writer-only: worker records naming it     */
-  uint32_t kids;             /* writer-only: live child entries           */
-  uint32_t fnext;            /* writer-only: free list link               */
-} kvidx__ent;
-
-typedef struct kvidx__tab {
-  uint32_t mask;
-  struct kvidx__tab *older; /* retired tables, freed at destroy (6.)      */
-  size_t bytes;
-} kvidx__tab; /* followed by mask + 1 atomic u32 bucket heads (id + 1) */
-#define KVIDX__HEADS(t) (KVIDX__RCAST(KVIDX__A(uint32_t) *, (t) + 1))
-
-#define KVIDX__CHUNKS 40
 typedef struct kvidx__ref kvidx__ref;
+typedef struct {
+  uint64_t key, a, b; /* blocks: a = local, b = chain; chains: a = count, b = on device */
+  uint64_t k1, k2;    /* blocks: eviction keys                                       */
+  uint32_t tiers;     /* blocks: tier bits                                           */
+  unsigned char state; /* 0 empty, 1 full, 2 deleted */
+} kvidx__rslot;
+
+typedef struct {
+  kvidx__rslot *t;
+  size_t cap, len, used; /* used = full + deleted */
+} kvidx__rmap;
+
+typedef struct {
+  uint64_t id;
+  uint32_t rank;
+  int live;
+  kvidx__rmap blocks; /* seq -> (local, chain) */
+  kvidx__rmap chains; /* chain -> count        */
+} kvidx__rworker;
+
+struct kvidx__ref {
+  kvidx__rworker *w;
+  size_t nworkers, blocks;
+};
+
+
+typedef struct { /* a lazily deleted eviction heap element */
+  uint64_t k1, k2, seq;
+  uint32_t slot, pad_;
+} kvidx__victim;
 
 struct kvidx {
-  int kind;
-  int buffer_mode;
+  int kind, buffer_mode, tiers_on, evict;
   kvidx_alloc_fn alloc;
   kvidx_free_fn free;
   void *actx;
+  kvidx__arena arena;          /* buffer mode                              */
   size_t bytes, peak, buf_len, fixed_bytes;
-  uint32_t max_workers, nw, jump, stride;
-  size_t max_blocks, max_entries;
+  uint64_t seed;               /* keys every map's hash                    */
+  uint32_t max_workers, jump, hw; /* hw: words per holder entry (2 with tiers) */
+  uint32_t hdev;               /* the device bits' word in a holding          */
+  size_t max_blocks, max_entries, blocks, entries;
   /* worker slots */
   kvidx__slot *slots;
-  uint32_t *slot_map; /* open addressing over slot ids (+1), keyed by worker */
-  uint32_t slot_map_mask, slot_free, slots_used;
-  KVIDX__A(uint32_t) slot_epoch; /* bumped when a slot is assigned (6.)   */
-  KVIDX__A(uint32_t) nw_live;    /* bitset words that can hold a live slot:
-                                    readers touch only these (slots are
-                                    handed out lowest first)              */
-  KVIDX__A(uint64_t) *holed; /* bitset: slots with orphans > 0 */
-  size_t blocks;
-  kvidx__pool S, E;
-  /* entries */
-  KVIDX__A(kvidx__tab *) tab;
-  KVIDX__A(uint32_t) tab_ver;
-  KVIDX__A(unsigned char *) chunks[KVIDX__CHUNKS];
-  uint32_t cap0, shift0, ent_cap, ent_hw, ent_count, ent_free;
+  kvidx__map slot_map;         /* (worker_id, dp_rank + 1) -> slot         */
+  uint32_t slot_free, slots_used;
+  KVIDX__A(uint64_t) gen;      /* slot assignments so far                  */
+  KVIDX__A(uint32_t) nw_live;  /* bitset words that can hold a live slot   */
+  /* shared storage */
+  kvidx__words words;
+  kvidx__grow runs;
+  uint32_t run_free, runs_live, runs_hw; /* runs_hw: ids handed out so far */
+  kvidx__map children;         /* (parent run + 1) << 8 | offset, local -> run */
+  kvidx__map holds;            /* (slot << 32 | run): held, device, multi bits,
+                                  holder index                               */
+  kvidx__map multi;            /* (slot, run << 8 | off): seqs at a position
+                                  held under >= 2 seqs: count | device << 32 */
   KVIDX__A(int) wlock;
   kvidx__ref *ref;
-  int tiers_on; /* KVIDX_F_TIERS: the device bitset exists */
   /* eviction (cfg.evict) */
-  int evict;
   size_t evict_target;
   uint64_t stamp, seqno;
-  uint32_t *heap; /* srec ids, min-heap on (k1, k2) */
-  uint32_t heap_n, heap_cap;
+  kvidx__victim *heap;
+  size_t heap_n, heap_cap;
   /* event ids */
   kvidx__evid *evtab;
   uint32_t evtab_mask, evtab_n;
 };
+
+/* ========================================================================== */
+/* 2. Memory: allocation, grow-only arrays, word chunks, the one map          */
+/* ========================================================================== */
+KVIDX__PRIV unsigned kvidx__log2(uint64_t x) { /* floor, x > 0 */
+#if defined(__GNUC__) || defined(__clang__)
+  return 63u - KVIDX__CAST(unsigned, __builtin_clzll(x));
+#else
+  unsigned k = 0;
+  while (x >>= 1) k++;
+  return k;
+#endif
+}
+
+KVIDX__PRIV unsigned kvidx__ctz64(uint64_t x) { /* x != 0 */
+#if defined(__GNUC__) || defined(__clang__)
+  return KVIDX__CAST(unsigned, __builtin_ctzll(x));
+#else
+  unsigned c = 0;
+  while (!(x & 1)) { x >>= 1; c++; }
+  return c;
+#endif
+}
+
+KVIDX__PRIV uint32_t kvidx__pow2(uint64_t n) { /* smallest power of two >= n, >= 16 */
+  uint64_t p = 16;
+  while (p < n) p <<= 1;
+  return p > 0x80000000u ? 0x80000000u : KVIDX__CAST(uint32_t, p);
+}
+
+KVIDX__PRIV unsigned kvidx__class_of(uint64_t n) { /* smallest c with 2^c >= n */
+  return n <= 1 ? 0u : kvidx__log2(n - 1) + 1u;
+}
 
 KVIDX__PRIV void *kvidx__raw_alloc(kvidx_alloc_fn fn, void *ctx, size_t n) {
   if (fn) return fn(ctx, n);
@@ -712,9 +784,34 @@ KVIDX__PRIV void *kvidx__raw_alloc(kvidx_alloc_fn fn, void *ctx, size_t n) {
 #endif
 }
 
+/* The arena's class for n bytes, and its size. */
+KVIDX__PRIV unsigned kvidx__arena_class(uint64_t n, uint64_t *size) {
+  unsigned k = kvidx__class_of(n < 64 ? 64 : n), q;
+  uint64_t base = KVIDX__CAST(uint64_t, 1) << (k - 1);
+  for (q = 1; q < 4 && base + q * (base / 4) < n; q++) {}
+  *size = q < 4 ? base + q * (base / 4) : base * 2;
+  return q < 4 ? 4 * (k - 1) + q : 4 * k;
+}
+
+KVIDX__PRIV void *kvidx__arena_alloc(kvidx__arena *a, size_t n) {
+  uint64_t size;
+  unsigned c = kvidx__arena_class(n, &size);
+  void *p;
+  if (c >= 4 * 48) return NULL;
+  if ((p = a->free_list[c]) != NULL) {
+    memcpy(&a->free_list[c], p, sizeof(void *));
+    return p;
+  }
+  if (KVIDX__CAST(uint64_t, a->end - a->next) < size) return NULL;
+  p = a->next;
+  a->next += KVIDX__CAST(size_t, size);
+  return p;
+}
+
 KVIDX__PRIV void *kvidx__alloc(kvidx *ix, size_t n) {
   void *p;
-  if (ix->buffer_mode || n == 0) return NULL;
+  if (n == 0) return NULL;
+  if (ix->buffer_mode) return kvidx__arena_alloc(&ix->arena, n);
   p = kvidx__raw_alloc(ix->alloc, ix->actx, n);
   if (p) {
     ix->bytes += n;
@@ -724,7 +821,14 @@ KVIDX__PRIV void *kvidx__alloc(kvidx *ix, size_t n) {
 }
 
 KVIDX__PRIV void kvidx__free(kvidx *ix, void *p, size_t n) {
-  if (!p || ix->buffer_mode) return;
+  if (!p) return;
+  if (ix->buffer_mode) {
+    uint64_t size;
+    unsigned c = kvidx__arena_class(n, &size);
+    memcpy(p, &ix->arena.free_list[c], sizeof(void *));
+    ix->arena.free_list[c] = p;
+    return;
+  }
   ix->bytes -= n;
   if (ix->free) ix->free(ix->actx, p, n);
 #ifndef KVIDX_NO_MALLOC
@@ -732,215 +836,287 @@ KVIDX__PRIV void kvidx__free(kvidx *ix, void *p, size_t n) {
 #endif
 }
 
+/* Out of memory: the hooks said no (heap) or the buffer is full (buffer). */
+KVIDX__PRIV int kvidx__oom(const kvidx *ix) { return ix->buffer_mode ? KVIDX_EFULL : KVIDX_ENOMEM; }
+
 KVIDX__PRIV size_t kvidx__align(size_t n) { return (n + 63) & ~KVIDX__CAST(size_t, 63); }
 
-KVIDX__PRIV uint32_t kvidx__pow2(uint64_t n) { /* smallest power of two >= n, >= 16 */
-  uint64_t p = 16;
-  while (p < n) p <<= 1;
-  return p > 0x80000000u ? 0x80000000u : KVIDX__CAST(uint32_t, p);
+/* ---- grow-only arrays: segment k holds (1 << shift0) << k elements -------
+ * Segments are never moved or freed before destroy, so an index a reader
+ * picked up, once bounds-checked, always names valid atomic memory (freed
+ * elements are only reused as elements of the same array: type-stable). */
+KVIDX__PRIV void *kvidx__grow_get(const kvidx__grow *g, uint64_t i, uint64_t count, int reader) {
+  uint64_t t = (i >> g->shift0) + 1, off;
+  unsigned k = kvidx__log2(t);
+  unsigned char *base;
+  if (k >= KVIDX__SEGS) return NULL;
+  off = i - (((KVIDX__CAST(uint64_t, 1) << k) - 1) << g->shift0);
+  if (off + count > (KVIDX__CAST(uint64_t, 1) << (g->shift0 + k))) return NULL; /* crosses a segment */
+  base = reader ? kvidx__ld_acq(&KVIDX__UNC(kvidx__grow *, g)->seg[k])
+                : kvidx__ld(&KVIDX__UNC(kvidx__grow *, g)->seg[k]);
+  return base ? base + off * g->es : NULL;
 }
 
-/* ---- writer-side record pools ----------------------------------------- */
-#define KVIDX__REC(pl, id) (KVIDX__RCAST(kvidx__rh *, (pl)->recs + (size_t)(id) * (pl)->rec_size))
-
-KVIDX__PRIV uint32_t kvidx__pool_bucket(const kvidx__pool *pl, uint32_t slot, uint64_t key) {
-  return KVIDX__CAST(uint32_t, kvidx__mix(key ^ (KVIDX__CAST(uint64_t, slot) << 40) ^ slot)) & pl->mask;
-}
-
-KVIDX__PRIV void kvidx__pool_link(kvidx__pool *pl, uint32_t id) {
-  kvidx__rh *r = KVIDX__REC(pl, id);
-  uint32_t b = kvidx__pool_bucket(pl, r->slot, r->key);
-  r->hnext = pl->heads[b];
-  pl->heads[b] = id;
-}
-
-KVIDX__PRIV void kvidx__pool_rehash(kvidx__pool *pl) {
-  uint32_t i;
-  for (i = 0; i <= pl->mask; i++) pl->heads[i] = KVIDX__NONE;
-  for (i = 0; i < pl->hw; i++)
-    if (KVIDX__REC(pl, i)->slot != KVIDX__NONE) kvidx__pool_link(pl, i);
-}
-
-/* Carve a pool of fixed capacity out of memory already owned (buffer mode). */
-KVIDX__PRIV size_t kvidx__pool_bytes(size_t rec_size, uint32_t cap) {
-  return kvidx__align(rec_size * cap) + kvidx__align(sizeof(uint32_t) * kvidx__pow2(cap));
-}
-
-KVIDX__PRIV void kvidx__pool_place(kvidx__pool *pl, unsigned char *mem, size_t rec_size, uint32_t cap) {
-  pl->rec_size = rec_size;
-  pl->recs = mem;
-  pl->heads = KVIDX__RCAST(uint32_t *, mem + kvidx__align(rec_size * cap));
-  pl->cap = cap;
-  pl->mask = kvidx__pow2(cap) - 1;
-  pl->hw = pl->count = 0;
-  pl->free_head = KVIDX__NONE;
-  kvidx__pool_rehash(pl);
-}
-
-/* Make room for `extra` more records; nothing changes on failure. */
-KVIDX__PRIV int kvidx__pool_reserve(kvidx *ix, kvidx__pool *pl, size_t extra, size_t limit) {
-  size_t need = pl->count + extra, ncap;
-  if (need > limit) need = limit; /* past the limit the semantic checks refuse */
-  unsigned char *mem;
-  if (need <= pl->cap) return KVIDX_OK;
-  if (ix->buffer_mode || need > KVIDX__ID_LIMIT) return KVIDX_EFULL;
-  ncap = pl->cap ? pl->cap : 16;
-  while (ncap < need) ncap *= 2;
-  if (ncap > KVIDX__ID_LIMIT) ncap = KVIDX__ID_LIMIT;
-  mem = KVIDX__CAST(unsigned char *, kvidx__alloc(ix, kvidx__pool_bytes(pl->rec_size, KVIDX__CAST(uint32_t, ncap))));
-  if (!mem) return KVIDX_ENOMEM;
-  if (pl->recs) memcpy(mem, pl->recs, pl->rec_size * pl->hw);
-  {
-    kvidx__pool old = *pl;
-    uint32_t hw = pl->hw, count = pl->count, fh = pl->free_head;
-    kvidx__pool_place(pl, mem, pl->rec_size, KVIDX__CAST(uint32_t, ncap));
-    pl->hw = hw;
-    pl->count = count;
-    pl->free_head = fh;
-    kvidx__pool_rehash(pl);
-    if (old.recs) kvidx__free(ix, old.recs, kvidx__pool_bytes(old.rec_size, old.cap));
+KVIDX__PRIV int kvidx__grow_reserve(kvidx *ix, kvidx__grow *g, uint64_t need) {
+  while (g->cap < need) {
+    unsigned k = g->nseg;
+    uint64_t elems = KVIDX__CAST(uint64_t, 1) << (g->shift0 + k);
+    unsigned char *p;
+    if (k >= KVIDX__SEGS || g->cap + elems > KVIDX__ID_LIMIT) return KVIDX_EFULL;
+    p = KVIDX__CAST(unsigned char *, kvidx__alloc(ix, KVIDX__CAST(size_t, elems * g->es)));
+    if (!p) return kvidx__oom(ix);
+    memset(p, 0, KVIDX__CAST(size_t, elems * g->es));
+    kvidx__st_rel(&g->seg[k], p);
+    g->nseg++;
+    g->cap += elems;
   }
   return KVIDX_OK;
 }
 
-KVIDX__PRIV kvidx__rh *kvidx__pool_find(const kvidx__pool *pl, uint32_t slot, uint64_t key, uint32_t *id_out) {
-  uint32_t id;
-  if (!pl->count) return NULL;
-  for (id = pl->heads[kvidx__pool_bucket(pl, slot, key)]; id != KVIDX__NONE;) {
-    kvidx__rh *r = KVIDX__REC(pl, id);
-    if (r->key == key && r->slot == slot) {
-      if (id_out) *id_out = id;
-      return r;
+KVIDX__PRIV void kvidx__grow_drop(kvidx *ix, kvidx__grow *g) {
+  unsigned k;
+  for (k = 0; k < g->nseg; k++)
+    kvidx__free(ix, kvidx__ld(&g->seg[k]), KVIDX__CAST(size_t, (KVIDX__CAST(uint64_t, 1) << (g->shift0 + k)) * g->es));
+}
+
+/* ---- word chunks: runs' locals and holder lists ---------------------------
+ * Chunks of 1 << c atomic u64 words, aligned to their size (so one never
+ * crosses a segment), a free list per class (the link lives in word 0). */
+KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__word(const kvidx *ix, uint32_t i) {
+  return KVIDX__RCAST(KVIDX__A(uint64_t) *, kvidx__grow_get(&ix->words.g, i, 1, 0));
+}
+
+KVIDX__PRIV int kvidx__words_reserve(kvidx *ix, uint64_t need) {
+  return kvidx__grow_reserve(ix, &ix->words.g, ix->words.hw + need + (KVIDX__CAST(uint64_t, 1) << (KVIDX__WCLASSES - 1)));
+}
+
+KVIDX__PRIV void kvidx__chunk_free(kvidx *ix, uint32_t at, unsigned c) {
+  kvidx__st(kvidx__word(ix, at), KVIDX__CAST(uint64_t, ix->words.free_head[c]));
+  ix->words.free_head[c] = at;
+  ix->words.used -= KVIDX__CAST(uint64_t, 1) << c;
+}
+
+/* A chunk of class c, or KVIDX__NONE when the pool cannot grow. */
+KVIDX__PRIV uint32_t kvidx__chunk_alloc(kvidx *ix, unsigned c) {
+  kvidx__words *w = &ix->words;
+  uint64_t size = KVIDX__CAST(uint64_t, 1) << c, at;
+  if (w->free_head[c] != KVIDX__NONE) {
+    uint32_t i = w->free_head[c];
+    w->free_head[c] = KVIDX__CAST(uint32_t, kvidx__ld(kvidx__word(ix, i)));
+    w->used += size;
+    return i;
+  }
+  at = (w->hw + size - 1) & ~(size - 1);
+  if (kvidx__grow_reserve(ix, &w->g, at + size) != KVIDX_OK) return KVIDX__NONE;
+  while (w->hw < at) { /* the alignment gap becomes smaller free chunks */
+    unsigned cc = kvidx__ctz64(w->hw);
+    while (w->hw + (KVIDX__CAST(uint64_t, 1) << cc) > at) cc--;
+    w->used += KVIDX__CAST(uint64_t, 1) << cc;
+    kvidx__chunk_free(ix, KVIDX__CAST(uint32_t, w->hw), cc);
+    w->hw += KVIDX__CAST(uint64_t, 1) << cc;
+  }
+  w->hw = at + size;
+  w->used += size;
+  return KVIDX__CAST(uint32_t, at);
+}
+
+/* ---- the map: one open-addressing table for every keyed lookup -----------
+ * Entries of `ew` atomic u64 words, the key in the first `kw`; word `occ` is
+ * never 0 in a used entry (so 0 marks a free place).  Linear probing from a
+ * home keyed by the index's random seed (crafted keys cannot build long
+ * probe chains), at most 3/4 full, backward-shift deletion.  A shared map
+ * (the child map) is probed by lock-free readers: an insert fills a free
+ * place and writes the `occ` word last (release); every deletion runs inside
+ * the map's `moves` seqlock, so a reader whose probe overlapped one retries;
+ * a grown table is published whole and the old one is kept until destroy. */
+KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__mtab_words(const kvidx__mtab *t) {
+  return KVIDX__RCAST(KVIDX__A(uint64_t) *, KVIDX__UNC(kvidx__mtab *, t) + 1);
+}
+
+KVIDX__PRIV uint64_t kvidx__mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return x;
+}
+
+KVIDX__PRIV uint64_t kvidx__key_hash(uint64_t seed, const uint64_t *key, uint32_t kw) {
+  uint64_t h = kvidx__mix(key[0] ^ seed);
+  if (kw > 1) h = kvidx__mix(h ^ (key[1] + (seed >> 7)));
+  return h;
+}
+
+KVIDX__PRIV void kvidx__map_init(kvidx__map *m, uint32_t ew, uint32_t kw, uint32_t occ, int shared) {
+  kvidx__st(&m->tab, KVIDX__CAST(kvidx__mtab *, NULL));
+  m->retired = NULL;
+  kvidx__st(&m->moves, 0u);
+  m->n = 0;
+  m->ew = ew;
+  m->kw = kw;
+  m->occ = occ;
+  m->shared = shared;
+}
+
+KVIDX__PRIV size_t kvidx__mtab_bytes(uint64_t slots, uint32_t ew) {
+  return sizeof(kvidx__mtab) + KVIDX__CAST(size_t, slots) * ew * sizeof(uint64_t);
+}
+
+/* Writer: the place holding key, or KVIDX__NONE. */
+KVIDX__PRIV uint32_t kvidx__map_find(const kvidx *ix, const kvidx__map *m, const uint64_t *key) {
+  const kvidx__mtab *t = kvidx__ld(&KVIDX__UNC(kvidx__map *, m)->tab);
+  KVIDX__A(uint64_t) *w;
+  uint64_t i;
+  uint32_t k;
+  if (!t || !m->n) return KVIDX__NONE;
+  w = kvidx__mtab_words(t);
+  for (i = kvidx__key_hash(ix->seed, key, m->kw) & t->mask;; i = (i + 1) & t->mask) {
+    KVIDX__A(uint64_t) *e = w + i * m->ew;
+    if (!kvidx__ld(&e[m->occ])) return KVIDX__NONE;
+    for (k = 0; k < m->kw && kvidx__ld(&e[k]) == key[k]; k++) {}
+    if (k == m->kw) return KVIDX__CAST(uint32_t, i);
+  }
+}
+
+/* Writer: start loading the line where key's probe begins. */
+KVIDX__PRIV void kvidx__map_prefetch(const kvidx *ix, const kvidx__map *m, const uint64_t *key) {
+  const kvidx__mtab *t = kvidx__ld(&KVIDX__UNC(kvidx__map *, m)->tab);
+  if (t) KVIDX__PREFETCH(kvidx__mtab_words(t) + (kvidx__key_hash(ix->seed, key, m->kw) & t->mask) * m->ew);
+}
+
+/* Writer: like kvidx__map_find, and where an insert would go (*free_at). */
+KVIDX__PRIV uint32_t kvidx__map_slot(const kvidx *ix, const kvidx__map *m, const uint64_t *key, uint32_t *free_at) {
+  const kvidx__mtab *t = kvidx__ld(&KVIDX__UNC(kvidx__map *, m)->tab);
+  KVIDX__A(uint64_t) *w = kvidx__mtab_words(t);
+  uint64_t i;
+  uint32_t k;
+  for (i = kvidx__key_hash(ix->seed, key, m->kw) & t->mask;; i = (i + 1) & t->mask) {
+    KVIDX__A(uint64_t) *e = w + i * m->ew;
+    if (!kvidx__ld(&e[m->occ])) {
+      *free_at = KVIDX__CAST(uint32_t, i);
+      return KVIDX__NONE;
     }
-    id = r->hnext;
+    for (k = 0; k < m->kw && kvidx__ld(&e[k]) == key[k]; k++) {}
+    if (k == m->kw) return KVIDX__CAST(uint32_t, i);
   }
-  return NULL;
 }
 
-/* Caller reserved room; the new record is zeroed past its header. */
-KVIDX__PRIV uint32_t kvidx__pool_add(kvidx__pool *pl, uint32_t slot, uint64_t key) {
-  uint32_t id;
-  kvidx__rh *r;
-  if (pl->free_head != KVIDX__NONE) {
-    id = pl->free_head;
-    pl->free_head = KVIDX__REC(pl, id)->hnext;
-  } else {
-    id = pl->hw++;
+KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__map_at(const kvidx__map *m, uint32_t i) {
+  return kvidx__mtab_words(kvidx__ld(&KVIDX__UNC(kvidx__map *, m)->tab)) +
+         KVIDX__CAST(size_t, i) * m->ew;
+}
+
+KVIDX__PRIV void kvidx__map_place(const kvidx *ix, const kvidx__map *m, kvidx__mtab *t, const uint64_t *e,
+                                  uint32_t *at) {
+  KVIDX__A(uint64_t) *w = kvidx__mtab_words(t);
+  uint64_t i = kvidx__key_hash(ix->seed, e, m->kw) & t->mask;
+  uint32_t k;
+  while (kvidx__ld(&w[i * m->ew + m->occ])) i = (i + 1) & t->mask;
+  for (k = 0; k < m->ew; k++)
+    if (k != m->occ) kvidx__st(&w[i * m->ew + k], e[k]);
+  kvidx__st_rel(&w[i * m->ew + m->occ], e[m->occ]); /* readers see the rest first */
+  if (at) *at = KVIDX__CAST(uint32_t, i);
+}
+
+/* Room for `extra` more entries (growing to keep load <= 3/4). */
+KVIDX__PRIV int kvidx__map_reserve(kvidx *ix, kvidx__map *m, uint64_t extra) {
+  kvidx__mtab *t = kvidx__ld(&m->tab), *nt;
+  uint64_t need = m->n + extra, slots = t ? t->mask + 1 : 0, ns, i;
+  if (need * 4 <= slots * 3) return KVIDX_OK;
+  if (need > KVIDX__ID_LIMIT) return KVIDX_EFULL;
+  ns = slots ? slots : 8;
+  while (need * 4 > ns * 3) ns *= 2;
+  nt = KVIDX__CAST(kvidx__mtab *, kvidx__alloc(ix, kvidx__mtab_bytes(ns, m->ew)));
+  if (!nt) return kvidx__oom(ix);
+  memset(nt, 0, kvidx__mtab_bytes(ns, m->ew));
+  nt->mask = ns - 1;
+  nt->bytes = kvidx__mtab_bytes(ns, m->ew);
+  for (i = 0; t && i < slots; i++) {
+    KVIDX__A(uint64_t) *e = kvidx__mtab_words(t) + i * m->ew;
+    uint64_t tmp[8];
+    uint32_t k;
+    if (!kvidx__ld(&e[m->occ])) continue;
+    for (k = 0; k < m->ew; k++) tmp[k] = kvidx__ld(&e[k]);
+    kvidx__map_place(ix, m, nt, tmp, NULL);
   }
-  r = KVIDX__REC(pl, id);
-  memset(r, 0, pl->rec_size);
-  r->slot = slot;
-  r->key = key;
-  kvidx__pool_link(pl, id);
-  pl->count++;
-  return id;
-}
-
-KVIDX__PRIV void kvidx__pool_del(kvidx__pool *pl, uint32_t id) {
-  kvidx__rh *r = KVIDX__REC(pl, id);
-  uint32_t *pp = &pl->heads[kvidx__pool_bucket(pl, r->slot, r->key)];
-  while (*pp != id) pp = &KVIDX__REC(pl, *pp)->hnext;
-  *pp = r->hnext;
-  r->slot = KVIDX__NONE;
-  r->hnext = pl->free_head;
-  pl->free_head = id;
-  pl->count--;
-}
-
-/* ---- bitsets ------------------------------------------------------------ */
-KVIDX__PRIV int kvidx__bs_any(const uint64_t *a, uint32_t nw) {
-  uint32_t i;
-  for (i = 0; i < nw; i++)
-    if (a[i]) return 1;
-  return 0;
-}
-
-KVIDX__PRIV unsigned kvidx__ctz64(uint64_t x) {
-#if defined(__GNUC__) || defined(__clang__)
-  return KVIDX__CAST(unsigned, __builtin_ctzll(x));
-#else
-  unsigned c = 0;
-  while (!(x & 1)) { x >>= 1; c++; }
-  return c;
-#endif
-}
-
-/* ---- worker slots: dense ids 0..max_workers-1, recycled when empty ------ */
-KVIDX__PRIV uint32_t kvidx__wkey_bucket(const kvidx *ix, uint64_t id, uint32_t rank) {
-  return KVIDX__CAST(uint32_t, kvidx__mix(id * 0x9E3779B97F4A7C15ULL + rank)) & ix->slot_map_mask;
-}
-
-KVIDX__PRIV uint32_t kvidx__slot_find(const kvidx *ix, uint64_t id, uint32_t rank) {
-  uint32_t b = kvidx__wkey_bucket(ix, id, rank), s;
-  while ((s = ix->slot_map[b]) != 0) {
-    const kvidx__slot *sl = &ix->slots[s - 1];
-    if (kvidx__ld(&sl->id) == id && kvidx__ld(&sl->rank) == rank) return s - 1;
-    b = (b + 1) & ix->slot_map_mask;
+  nt->retired = NULL;
+  kvidx__st_rel(&m->tab, nt);
+  if (t) {
+    if (m->shared) { /* readers may still be in it */
+      t->retired = m->retired;
+      m->retired = t;
+    } else {
+      kvidx__free(ix, t, KVIDX__CAST(size_t, t->bytes));
+    }
   }
-  return KVIDX__NONE;
+  return KVIDX_OK;
 }
 
-KVIDX__PRIV uint32_t kvidx__slot_alloc(kvidx *ix, uint64_t id, uint32_t rank) {
-  uint32_t s = ix->slot_free, b;
-  kvidx__slot *sl;
-  if (s == KVIDX__NONE) return KVIDX__NONE;
-  sl = &ix->slots[s];
-  ix->slot_free = sl->free_next;
-  { /* epoch first: a reader that sees the new id or any new bit sees it */
-    uint32_t ep = kvidx__ld(&ix->slot_epoch) + 1;
-    kvidx__st(&ix->slot_epoch, ep);
-    kvidx__st(&sl->epoch, ep);
+/* Insert an entry whose key is absent; room was reserved. */
+KVIDX__PRIV uint32_t kvidx__map_insert(kvidx *ix, kvidx__map *m, const uint64_t *e) {
+  uint32_t at;
+  kvidx__map_place(ix, m, kvidx__ld(&m->tab), e, &at);
+  m->n++;
+  return at;
+}
+
+/* Insert at the free place kvidx__map_slot found (nothing changed since). */
+KVIDX__PRIV void kvidx__map_put_at(kvidx__map *m, uint32_t at, const uint64_t *e) {
+  KVIDX__A(uint64_t) *w = kvidx__map_at(m, at);
+  uint32_t k;
+  for (k = 0; k < m->ew; k++)
+    if (k != m->occ) kvidx__st(&w[k], e[k]);
+  kvidx__st_rel(&w[m->occ], e[m->occ]);
+  m->n++;
+}
+
+KVIDX__PRIV void kvidx__map_delete(kvidx *ix, kvidx__map *m, uint32_t at) {
+  kvidx__mtab *t = kvidx__ld(&m->tab);
+  KVIDX__A(uint64_t) *w = kvidx__mtab_words(t);
+  uint64_t i = at, j, mask = t->mask;
+  uint32_t k;
+  if (m->shared) {
+    kvidx__st(&m->moves, kvidx__ld(&m->moves) + 1);
+    kvidx__fence_rel();
   }
-  kvidx__st(&sl->rank, rank);
-  kvidx__st_rel(&sl->id, id);
-  if (s / 64 + 1 > kvidx__ld(&ix->nw_live)) kvidx__st_rel(&ix->nw_live, s / 64 + 1);
-  sl->used = 1;
-  sl->blocks = sl->orphans = 0;
-  sl->list = KVIDX__NONE;
-  b = kvidx__wkey_bucket(ix, id, rank);
-  while (ix->slot_map[b]) b = (b + 1) & ix->slot_map_mask;
-  ix->slot_map[b] = s + 1;
-  ix->slots_used++;
-  return s;
-}
-
-/* Release an empty slot (linear probing with backward-shift deletion). */
-KVIDX__PRIV void kvidx__slot_release(kvidx *ix, uint32_t s) {
-  kvidx__slot *sl = &ix->slots[s];
-  uint32_t m = ix->slot_map_mask, i = kvidx__wkey_bucket(ix, kvidx__ld(&sl->id), kvidx__ld(&sl->rank)), j;
-  while (ix->slot_map[i] != s + 1) i = (i + 1) & m;
-  ix->slot_map[i] = 0;
-  for (j = (i + 1) & m; ix->slot_map[j]; j = (j + 1) & m) {
-    const kvidx__slot *o = &ix->slots[ix->slot_map[j] - 1];
-    uint32_t h = kvidx__wkey_bucket(ix, kvidx__ld(&o->id), kvidx__ld(&o->rank));
-    /* move j into the hole i if its home h is not cyclically in (i, j] */
-    if (((j - h) & m) >= ((j - i) & m)) {
-      ix->slot_map[i] = ix->slot_map[j];
-      ix->slot_map[j] = 0;
+  kvidx__st(&w[i * m->ew + m->occ], KVIDX__CAST(uint64_t, 0));
+  for (j = (i + 1) & mask; kvidx__ld(&w[j * m->ew + m->occ]); j = (j + 1) & mask) {
+    uint64_t key[2], h;
+    key[0] = kvidx__ld(&w[j * m->ew]);
+    key[1] = m->kw > 1 ? kvidx__ld(&w[j * m->ew + 1]) : 0;
+    h = kvidx__key_hash(ix->seed, key, m->kw) & mask;
+    if (m->shared) KVIDX_TEST_HOOK(ix, 5); /* a deletion shifting entries */
+    if (((j - h) & mask) >= ((j - i) & mask)) { /* j's home is not in (i, j]: move it back */
+      for (k = 0; k < m->ew; k++) kvidx__st(&w[i * m->ew + k], kvidx__ld(&w[j * m->ew + k]));
+      kvidx__st(&w[j * m->ew + m->occ], KVIDX__CAST(uint64_t, 0));
       i = j;
     }
   }
-  sl->used = 0;
-  sl->free_next = ix->slot_free;
-  ix->slot_free = s;
-  ix->slots_used--;
+  m->n--;
+  if (m->shared) kvidx__st_rel(&m->moves, kvidx__ld(&m->moves) + 1);
 }
 
-KVIDX__PRIV void kvidx__set_holed(kvidx *ix, uint32_t s, int on) {
-  KVIDX__A(uint64_t) *w = &ix->holed[s >> 6];
-  uint64_t v = kvidx__ld(w), bit = KVIDX__CAST(uint64_t, 1) << (s & 63);
-  kvidx__st(w, on ? (v | bit) : (v & ~bit));
+KVIDX__PRIV void kvidx__map_move(kvidx__map *dst, kvidx__map *src) { /* src was never shared */
+  kvidx__map_init(dst, src->ew, src->kw, src->occ, src->shared);
+  kvidx__st(&dst->tab, kvidx__ld(&src->tab));
+  dst->n = src->n;
+  kvidx__st(&src->tab, KVIDX__CAST(kvidx__mtab *, NULL));
+  src->n = 0;
 }
 
-KVIDX__PRIV void kvidx__orphans_add(kvidx *ix, uint32_t s, size_t add, size_t sub) {
-  kvidx__slot *sl = &ix->slots[s];
-  int was = sl->orphans != 0;
-  sl->orphans = sl->orphans + add - sub;
-  if (was != (sl->orphans != 0)) {
-    KVIDX_TEST_HOOK(ix, 7); /* the holed mark is about to change */
-    kvidx__set_holed(ix, s, sl->orphans != 0);
+KVIDX__PRIV void kvidx__map_drop(kvidx *ix, kvidx__map *m) {
+  kvidx__mtab *t = kvidx__ld(&m->tab);
+  if (t) kvidx__free(ix, t, KVIDX__CAST(size_t, t->bytes));
+  while (m->retired) {
+    kvidx__mtab *o = m->retired;
+    m->retired = o->retired;
+    kvidx__free(ix, o, KVIDX__CAST(size_t, o->bytes));
   }
+  kvidx__st(&m->tab, KVIDX__CAST(kvidx__mtab *, NULL));
+  m->n = 0;
 }
+
 
 /* ---- results: keep the best `cap` scores without allocating ------------- */
 /* The sink fills kvidx_score or kvidx_tier_score arrays (esz says which);
@@ -949,8 +1125,7 @@ typedef struct {
   unsigned char *out;
   size_t esz, cap, n, total;
   int heap;
-  uint32_t epoch; /* slot_epoch when the query started */
-  uint32_t nw;    /* bitset words in play (nw_live when it started) */
+  uint64_t gen;   /* slot generation when the query started */
 } kvidx__sink;
 #define KVIDX__SC(k, i) (KVIDX__RCAST(kvidx_score *, (k)->out + (i) * (k)->esz))
 
@@ -1022,31 +1197,422 @@ KVIDX__PRIV void kvidx__sink_init(kvidx__sink *k, void *out, size_t esz, size_t 
   k->cap = out ? cap : 0;
 }
 
-/* Emit every slot of set d with the given depth (cnt: device blocks per
- * slot, tiered queries only). */
-KVIDX__PRIV void kvidx__emit_cnt(const kvidx *ix, kvidx__sink *k, const uint64_t *d, size_t depth,
-                                 const uint32_t *cnt) {
-  uint32_t i;
-  for (i = 0; i < k->nw; i++) {
-    uint64_t w = d[i];
-    while (w) {
-      uint32_t s = i * 64 + kvidx__ctz64(w);
-      w &= w - 1;
-      if (s >= ix->max_workers) continue; /* never set; a reader stays in bounds anyway */
-      {
-        const kvidx__slot *sl = &ix->slots[s];
-        uint64_t id = kvidx__ld_acq(&KVIDX__MUT(ix)->slots[s].id);
-        uint32_t rank = kvidx__ld(&sl->rank);
-        /* assigned after the query began: its bits may mix two workers */
-        if (KVIDX__CAST(int32_t, kvidx__ld(&sl->epoch) - k->epoch) > 0) continue;
-        kvidx__sink_push(k, id, rank, depth, cnt ? cnt[s] : 0);
-      }
-    }
+
+/* The reference model lives at the end (section 10); the API calls it here. */
+KVIDX__PRIV int kvidx__ref_store(kvidx *ix, uint64_t id, uint32_t rank, const uint64_t *parent, const kvidx_block *b,
+                                 size_t n, int tier, uint64_t expires);
+KVIDX__PRIV int kvidx__ref_remove(kvidx *ix, uint64_t id, uint32_t rank, const uint64_t *seq, size_t n, int tier);
+KVIDX__PRIV size_t kvidx__ref_expire(kvidx *ix, uint64_t now);
+KVIDX__PRIV kvidx__rworker *kvidx__ref_worker(const kvidx *ix, uint64_t id, uint32_t rank);
+KVIDX__PRIV void kvidx__ref_clear_worker(kvidx *ix, kvidx__rworker *w);
+KVIDX__PRIV size_t kvidx__ref_find(const kvidx *ix, const uint64_t *loc, size_t n, kvidx__sink *k);
+KVIDX__PRIV size_t kvidx__ref_blocks(const kvidx *ix, uint64_t id, uint32_t rank);
+KVIDX__PRIV void kvidx__ref_stats(const kvidx *ix, kvidx_stats *st);
+KVIDX__PRIV int kvidx__ref_check(const kvidx *ix);
+KVIDX__PRIV void kvidx__ref_drop_all(kvidx *ix);
+KVIDX__PRIV size_t kvidx__blocks_of(const kvidx *ix, uint64_t id, uint32_t rank);
+KVIDX__PRIV kvidx__evid *kvidx__ev_find(const kvidx *ix, uint64_t id, uint32_t rank);
+
+/* ========================================================================== */
+/* 3. Worker slots: dense ids, recycled when empty                           */
+/* ========================================================================== */
+/* Readers name workers by slot (bits of their query sets); a slot's identity
+ * is published under its own seqlock, with a 64-bit generation so a reader
+ * can tell a slot reassigned during its query. */
+KVIDX__PRIV uint32_t kvidx__slot_find(const kvidx *ix, uint64_t id, uint32_t rank) {
+  uint64_t key[2];
+  uint32_t at;
+  key[0] = id;
+  key[1] = KVIDX__CAST(uint64_t, rank) + 1;
+  at = kvidx__map_find(ix, &ix->slot_map, key);
+  return at == KVIDX__NONE ? KVIDX__NONE : KVIDX__CAST(uint32_t, kvidx__ld(&kvidx__map_at(&ix->slot_map, at)[2]));
+}
+
+KVIDX__PRIV void kvidx__slot_publish(kvidx__slot *sl, uint64_t id, uint32_t rank, uint64_t gen) {
+  kvidx__st(&sl->ver, kvidx__ld(&sl->ver) + 1);
+  kvidx__fence_rel();
+  kvidx__st(&sl->id, id);
+  kvidx__st(&sl->rank, rank);
+  kvidx__st(&sl->gen, gen);
+  kvidx__st_rel(&sl->ver, kvidx__ld(&sl->ver) + 1);
+}
+
+/* A slot for a new worker; the caller checked one is free and reserved the map. */
+KVIDX__PRIV uint32_t kvidx__slot_alloc(kvidx *ix, uint64_t id, uint32_t rank) {
+  uint32_t s = ix->slot_free;
+  kvidx__slot *sl = &ix->slots[s];
+  uint64_t e[3], gen = kvidx__ld(&ix->gen) + 1;
+  ix->slot_free = sl->free_next;
+  kvidx__st_rel(&ix->gen, gen); /* before the slot: a reader that sees the new gen */
+  kvidx__slot_publish(sl, id, rank, gen);
+  if (s / 64 + 1 > kvidx__ld(&ix->nw_live)) kvidx__st_rel(&ix->nw_live, s / 64 + 1);
+  sl->used = 1;
+  sl->blocks = 0;
+  e[0] = id;
+  e[1] = KVIDX__CAST(uint64_t, rank) + 1;
+  e[2] = s;
+  kvidx__map_insert(ix, &ix->slot_map, e);
+  ix->slots_used++;
+  return s;
+}
+
+KVIDX__PRIV void kvidx__slot_release(kvidx *ix, uint32_t s) {
+  kvidx__slot *sl = &ix->slots[s];
+  uint64_t key[2];
+  key[0] = kvidx__ld(&sl->id);
+  key[1] = KVIDX__CAST(uint64_t, kvidx__ld(&sl->rank)) + 1;
+  kvidx__map_delete(ix, &ix->slot_map, kvidx__map_find(ix, &ix->slot_map, key));
+  kvidx__map_drop(ix, &sl->seqs);
+  sl->used = 0;
+  sl->free_next = ix->slot_free;
+  ix->slot_free = s;
+  ix->slots_used--;
+}
+
+/* ========================================================================== */
+/* 4. Shared storage: runs, their locals and holder lists, the child map     */
+/* ========================================================================== */
+#define KVIDX__LEN(shape) ((shape) & 0xFFu)
+#define KVIDX__POFF(shape) (((shape) >> 8) & 0xFFu)
+#define KVIDX__LCLS(shape) (((shape) >> 16) & 0xFFu)
+#define KVIDX__HCLS(shape) (((shape) >> 24) & 0xFFu)
+#define KVIDX__SHAPE(len, poff, lc, hc)                                                                          \
+  (KVIDX__CAST(uint32_t, len) | KVIDX__CAST(uint32_t, poff) << 8 | KVIDX__CAST(uint32_t, lc) << 16 |          \
+   KVIDX__CAST(uint32_t, hc) << 24)
+
+KVIDX__PRIV kvidx__run *kvidx__run_at(const kvidx *ix, uint32_t r) { /* writer: in range */
+  return KVIDX__RCAST(kvidx__run *, kvidx__grow_get(&ix->runs, r, 1, 0));
+}
+
+KVIDX__PRIV void kvidx__run_wbegin(kvidx__run *rn) {
+  kvidx__st(&rn->ver, kvidx__ld(&rn->ver) + 1);
+  kvidx__fence_rel();
+}
+KVIDX__PRIV void kvidx__run_wend(kvidx__run *rn) { kvidx__st_rel(&rn->ver, kvidx__ld(&rn->ver) + 1); }
+
+KVIDX__PRIV uint64_t kvidx__local_at(const kvidx *ix, const kvidx__run *rn, uint32_t off) {
+  return kvidx__ld(kvidx__word(ix, kvidx__ld(&rn->locals) + off));
+}
+
+/* The child map's key for "the run hanging below offset off of run r". */
+KVIDX__PRIV void kvidx__child_key(uint64_t *key, uint32_t r, uint32_t off, uint64_t local) {
+  key[0] = (KVIDX__CAST(uint64_t, r) + 1) << 8 | off;
+  key[1] = local;
+}
+
+KVIDX__PRIV uint32_t kvidx__child_find(const kvidx *ix, uint32_t r, uint32_t off, uint64_t local) {
+  uint64_t key[2];
+  uint32_t at;
+  kvidx__child_key(key, r, off, local);
+  at = kvidx__map_find(ix, &ix->children, key);
+  return at == KVIDX__NONE ? KVIDX__NONE : KVIDX__CAST(uint32_t, kvidx__ld(&kvidx__map_at(&ix->children, at)[2]));
+}
+
+/* Room for a store of n blocks in the shared structures (nothing can fail
+ * later except a holder list growing). */
+KVIDX__PRIV int kvidx__shared_reserve(kvidx *ix, size_t n) {
+  int rc;
+  if ((rc = kvidx__map_reserve(ix, &ix->children, n)) != KVIDX_OK ||
+      (rc = kvidx__map_reserve(ix, &ix->holds, n)) != KVIDX_OK ||
+      (rc = kvidx__map_reserve(ix, &ix->multi, n)) != KVIDX_OK ||
+      (rc = kvidx__grow_reserve(ix, &ix->runs, KVIDX__CAST(uint64_t, ix->runs_hw) + n + 1)) != KVIDX_OK ||
+      (rc = kvidx__words_reserve(ix, 2 * KVIDX__CAST(uint64_t, n) + 128)) != KVIDX_OK)
+    return rc;
+  return KVIDX_OK;
+}
+
+/* A new run below (parent, poff) starting with `local`, sized for `hint`
+ * blocks; room was reserved. */
+KVIDX__PRIV uint32_t kvidx__run_new(kvidx *ix, uint32_t parent, uint32_t poff, uint64_t local, size_t hint) {
+  unsigned lc = kvidx__class_of(hint < KVIDX__RUN_MAX ? hint : KVIDX__RUN_MAX);
+  uint32_t r, li = kvidx__chunk_alloc(ix, lc);
+  uint64_t e[3];
+  kvidx__run *rn;
+  if (li == KVIDX__NONE) return KVIDX__NONE;
+  if (ix->run_free != KVIDX__NONE) {
+    r = ix->run_free;
+    ix->run_free = kvidx__run_at(ix, r)->next_free;
+  } else {
+    r = ix->runs_hw++;
+  }
+  rn = kvidx__run_at(ix, r);
+  kvidx__st(kvidx__word(ix, li), local);
+  kvidx__run_wbegin(rn);
+  kvidx__st(&rn->parent, parent);
+  kvidx__st(&rn->locals, li);
+  kvidx__st(&rn->holders, KVIDX__NONE);
+  kvidx__st(&rn->nhold, 0u);
+  kvidx__st(&rn->shape, KVIDX__SHAPE(1, poff, lc, KVIDX__NOCLASS));
+  kvidx__run_wend(rn);
+  rn->kids = 0;
+  rn->next_free = KVIDX__NONE;
+  kvidx__child_key(e, parent, poff, local);
+  e[2] = r;
+  kvidx__map_insert(ix, &ix->children, e);
+  KVIDX_TEST_HOOK(ix, 4); /* published, no holder yet */
+  if (parent != KVIDX__NONE) kvidx__run_at(ix, parent)->kids++;
+  ix->runs_live++;
+  ix->entries++;
+  return r;
+}
+
+/* Append one block to run r (len < 64); 0 if the locals could not grow. */
+KVIDX__PRIV int kvidx__run_append(kvidx *ix, uint32_t r, uint64_t local) {
+  kvidx__run *rn = kvidx__run_at(ix, r);
+  uint32_t shape = kvidx__ld(&rn->shape), len = KVIDX__LEN(shape), lc = KVIDX__LCLS(shape);
+  uint32_t li = kvidx__ld(&rn->locals), nli = li, i;
+  if (len == (1u << lc)) { /* full: move to the next class */
+    if ((nli = kvidx__chunk_alloc(ix, lc + 1)) == KVIDX__NONE) return 0;
+    for (i = 0; i < len; i++) kvidx__st(kvidx__word(ix, nli + i), kvidx__ld(kvidx__word(ix, li + i)));
+  }
+  kvidx__run_wbegin(rn);
+  KVIDX_TEST_HOOK(ix, 2); /* a run growing */
+  kvidx__st(kvidx__word(ix, nli + len), local);
+  kvidx__st(&rn->locals, nli);
+  kvidx__st(&rn->shape, KVIDX__SHAPE(len + 1, KVIDX__POFF(shape), nli != li ? lc + 1 : lc, KVIDX__HCLS(shape)));
+  kvidx__run_wend(rn);
+  if (nli != li) kvidx__chunk_free(ix, li, lc);
+  ix->entries++;
+  return 1;
+}
+
+/* Free runs that nobody holds and nothing hangs below, walking up. */
+KVIDX__PRIV void kvidx__run_release(kvidx *ix, uint32_t r) {
+  while (r != KVIDX__NONE) {
+    kvidx__run *rn = kvidx__run_at(ix, r);
+    uint32_t shape = kvidx__ld(&rn->shape), parent = kvidx__ld(&rn->parent);
+    uint64_t key[2];
+    if (kvidx__ld(&rn->nhold) || rn->kids) return;
+    kvidx__child_key(key, parent, KVIDX__POFF(shape), kvidx__local_at(ix, rn, 0));
+    kvidx__map_delete(ix, &ix->children, kvidx__map_find(ix, &ix->children, key));
+    kvidx__run_wbegin(rn);
+    KVIDX_TEST_HOOK(ix, 6); /* unlinked, being freed */
+    kvidx__st(&rn->shape, KVIDX__SHAPE(0, 0, KVIDX__NOCLASS, KVIDX__NOCLASS));
+    kvidx__run_wend(rn);
+    kvidx__chunk_free(ix, kvidx__ld(&rn->locals), KVIDX__LCLS(shape));
+    if (KVIDX__HCLS(shape) != KVIDX__NOCLASS) kvidx__chunk_free(ix, kvidx__ld(&rn->holders), KVIDX__HCLS(shape));
+    rn->next_free = ix->run_free;
+    ix->run_free = r;
+    ix->runs_live--;
+    ix->entries -= KVIDX__LEN(shape);
+    if (parent != KVIDX__NONE) kvidx__run_at(ix, parent)->kids--;
+    r = parent;
   }
 }
-#define kvidx__emit(ix, k, d, depth) kvidx__emit_cnt(ix, k, d, depth, NULL)
 
-/* Eviction keys of a new holding (the reference model computes the same). */
+/* ---- holder lists: per run, (slot, cutoff) of every worker holding part
+ * of it; cutoff = how many of its leading blocks that worker holds.  With
+ * tiers a second word: the device-tier bits. ------------------------------ */
+KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__holder(const kvidx *ix, const kvidx__run *rn, uint32_t j) {
+  return kvidx__word(ix, kvidx__ld(&rn->holders) + j * ix->hw);
+}
+
+/* Add slot s with cutoff 0; returns its index or KVIDX__NONE (no memory). */
+KVIDX__PRIV uint32_t kvidx__holder_add(kvidx *ix, uint32_t r, uint32_t s) {
+  kvidx__run *rn = kvidx__run_at(ix, r);
+  uint32_t shape = kvidx__ld(&rn->shape), hc = KVIDX__HCLS(shape), nh = kvidx__ld(&rn->nhold);
+  uint32_t hi = kvidx__ld(&rn->holders), nhi = hi, nhc = hc, i;
+  if (hc == KVIDX__NOCLASS || (nh + 1) * ix->hw > (1u << hc)) {
+    nhc = hc == KVIDX__NOCLASS ? kvidx__class_of(ix->hw) : hc + 1;
+    if (nhc >= KVIDX__WCLASSES || (nhi = kvidx__chunk_alloc(ix, nhc)) == KVIDX__NONE) return KVIDX__NONE;
+    for (i = 0; i < nh * ix->hw; i++) kvidx__st(kvidx__word(ix, nhi + i), kvidx__ld(kvidx__word(ix, hi + i)));
+  }
+  kvidx__run_wbegin(rn);
+  KVIDX_TEST_HOOK(ix, 3); /* a holder joining */
+  kvidx__st(kvidx__word(ix, nhi + nh * ix->hw), KVIDX__CAST(uint64_t, s));
+  if (ix->hw > 1) kvidx__st(kvidx__word(ix, nhi + nh * ix->hw + 1), KVIDX__CAST(uint64_t, 0));
+  kvidx__st(&rn->holders, nhi);
+  kvidx__st(&rn->shape, KVIDX__SHAPE(KVIDX__LEN(shape), KVIDX__POFF(shape), KVIDX__LCLS(shape), nhc));
+  kvidx__st(&rn->nhold, nh + 1);
+  kvidx__run_wend(rn);
+  if (nhi != hi && hc != KVIDX__NOCLASS) kvidx__chunk_free(ix, hi, hc);
+  return nh;
+}
+
+/* ---- a worker's holding of a run: held / device / multi bits -------------- */
+/* Words of a holding: key, held bits, multi bits (positions with >= 2 seqs),
+ * holder index, and with tiers the device bits (ix->hdev; without tiers every
+ * copy is a device copy and hdev names the held word). */
+enum { KVIDX__H_HELD = 1, KVIDX__H_MULTI = 2, KVIDX__H_INDEX = 3 };
+
+KVIDX__PRIV uint32_t kvidx__hold_find(const kvidx *ix, uint32_t s, uint32_t r) {
+  uint64_t key = (KVIDX__CAST(uint64_t, s) + 1) << 32 | r;
+  return kvidx__map_find(ix, &ix->holds, &key);
+}
+
+KVIDX__PRIV uint32_t kvidx__cutoff(uint64_t held) {
+  return ~held ? kvidx__ctz64(~held) : 64u;
+}
+
+/* Publish a holding's cutoff (and device bits) in the run's holder list. */
+KVIDX__PRIV void kvidx__holder_set(kvidx *ix, uint32_t r, KVIDX__A(uint64_t) *h) {
+  kvidx__run *rn = kvidx__run_at(ix, r);
+  uint32_t j = KVIDX__CAST(uint32_t, kvidx__ld(&h[KVIDX__H_INDEX]));
+  KVIDX__A(uint64_t) *e = kvidx__holder(ix, rn, j);
+  uint64_t v = (KVIDX__CAST(uint64_t, kvidx__cutoff(kvidx__ld(&h[KVIDX__H_HELD]))) << 32) |
+               (kvidx__ld(&e[0]) & 0xFFFFFFFFu);
+  uint64_t dev = kvidx__ld(&h[ix->hdev]);
+  if (kvidx__ld(&e[0]) == v && (ix->hw < 2 || kvidx__ld(&e[1]) == dev)) return;
+  kvidx__run_wbegin(rn);
+  KVIDX_TEST_HOOK(ix, 1); /* a holder entry changing */
+  kvidx__st(&e[0], v);
+  if (ix->hw > 1) kvidx__st(&e[1], dev);
+  kvidx__run_wend(rn);
+}
+
+/* Worker s stops holding run r at all. */
+KVIDX__PRIV void kvidx__hold_drop(kvidx *ix, uint32_t s, uint32_t r, uint32_t at) {
+  kvidx__run *rn = kvidx__run_at(ix, r);
+  uint32_t j = KVIDX__CAST(uint32_t, kvidx__ld(&kvidx__map_at(&ix->holds, at)[KVIDX__H_INDEX]));
+  uint32_t last = kvidx__ld(&rn->nhold) - 1, k;
+  kvidx__run_wbegin(rn);
+  KVIDX_TEST_HOOK(ix, 7); /* a holder leaving */
+  if (j != last) { /* the last entry fills the gap; its holding learns its new index */
+    KVIDX__A(uint64_t) *src = kvidx__holder(ix, rn, last), *dst = kvidx__holder(ix, rn, j);
+    uint32_t moved = KVIDX__CAST(uint32_t, kvidx__ld(&src[0]) & 0xFFFFFFFFu);
+    for (k = 0; k < ix->hw; k++) kvidx__st(&dst[k], kvidx__ld(&src[k]));
+    kvidx__st(&kvidx__map_at(&ix->holds, kvidx__hold_find(ix, moved, r))[KVIDX__H_INDEX], KVIDX__CAST(uint64_t, j));
+  }
+  kvidx__st(&rn->nhold, last);
+  kvidx__run_wend(rn);
+  kvidx__map_delete(ix, &ix->holds, at);
+  (void)s;
+  kvidx__run_release(ix, r);
+}
+
+/* ---- positions held under several seqs: exact counts on the side --------- */
+KVIDX__PRIV uint32_t kvidx__multi_find(const kvidx *ix, uint32_t s, uint32_t r, uint32_t off) {
+  uint64_t key[2];
+  key[0] = (KVIDX__CAST(uint64_t, s) + 1) << 32 | r;
+  key[1] = off;
+  return kvidx__map_find(ix, &ix->multi, key);
+}
+
+/* Position word of a seq entry: run << 32 | offset << 8 | tier bits. */
+#define KVIDX__POS(r, off, tiers) (KVIDX__CAST(uint64_t, r) << 32 | KVIDX__CAST(uint64_t, off) << 8 | (tiers))
+#define KVIDX__POS_RUN(p) KVIDX__CAST(uint32_t, (p) >> 32)
+#define KVIDX__POS_OFF(p) KVIDX__CAST(uint32_t, ((p) >> 8) & 0xFFu)
+#define KVIDX__POS_TIERS(p) KVIDX__CAST(uint32_t, (p) & 0xFFu)
+#define KVIDX__DEVBIT (1u << KVIDX_TIER_DEVICE)
+
+/* A store's current holding: consecutive blocks of one run find it once and
+ * publish the run's holder entry once (holds entries do not move while a
+ * store adds: open addressing moves entries only on deletion). */
+typedef struct {
+  uint32_t run, at;
+} kvidx__hcache;
+
+KVIDX__PRIV void kvidx__hcache_flush(kvidx *ix, kvidx__hcache *hc) {
+  if (hc->run != KVIDX__NONE) kvidx__holder_set(ix, hc->run, kvidx__map_at(&ix->holds, hc->at));
+  hc->run = KVIDX__NONE;
+}
+
+/* One more seq of worker s at (r, off), with or without a device copy;
+ * keeps held / device / multi bits and the side counts.  The holder entry is
+ * published when the cache moves on (kvidx__hcache_flush). */
+KVIDX__PRIV int kvidx__position_add(kvidx *ix, uint32_t s, uint32_t r, uint32_t off, int dev, kvidx__hcache *hc) {
+  uint32_t at = hc->run == r ? hc->at : kvidx__hold_find(ix, s, r);
+  uint64_t bit = KVIDX__CAST(uint64_t, 1) << off;
+  KVIDX__A(uint64_t) *h;
+  if (hc->run != r) kvidx__hcache_flush(ix, hc);
+  if (at == KVIDX__NONE) {
+    uint64_t e[5];
+    uint32_t j = kvidx__holder_add(ix, r, s);
+    if (j == KVIDX__NONE) return kvidx__oom(ix);
+    e[0] = (KVIDX__CAST(uint64_t, s) + 1) << 32 | r;
+    e[KVIDX__H_HELD] = e[KVIDX__H_MULTI] = e[4] = 0;
+    e[KVIDX__H_INDEX] = j;
+    at = kvidx__map_insert(ix, &ix->holds, e);
+  }
+  hc->run = r;
+  hc->at = at;
+  h = kvidx__map_at(&ix->holds, at);
+  if (kvidx__ld(&h[KVIDX__H_HELD]) & bit) { /* a second seq for the same block */
+    uint32_t m = kvidx__multi_find(ix, s, r, off);
+    uint64_t c;
+    if (m == KVIDX__NONE) {
+      uint64_t e[3];
+      e[0] = (KVIDX__CAST(uint64_t, s) + 1) << 32 | r;
+      e[1] = off;
+      e[2] = 1 | ((kvidx__ld(&h[ix->hdev]) & bit) ? KVIDX__CAST(uint64_t, 1) << 32 : 0);
+      m = kvidx__map_insert(ix, &ix->multi, e);
+      kvidx__st(&h[KVIDX__H_MULTI], kvidx__ld(&h[KVIDX__H_MULTI]) | bit);
+    }
+    c = kvidx__ld(&kvidx__map_at(&ix->multi, m)[2]) + 1 + (dev ? KVIDX__CAST(uint64_t, 1) << 32 : 0);
+    kvidx__st(&kvidx__map_at(&ix->multi, m)[2], c);
+  } else {
+    kvidx__st(&h[KVIDX__H_HELD], kvidx__ld(&h[KVIDX__H_HELD]) | bit);
+  }
+  if (dev) kvidx__st(&h[ix->hdev], kvidx__ld(&h[ix->hdev]) | bit);
+  return KVIDX_OK;
+}
+
+/* One seq of worker s at (r, off) goes (gone = 1) or loses its device copy
+ * (gone = 0, dev = 1). */
+KVIDX__PRIV void kvidx__position_sub(kvidx *ix, uint32_t s, uint32_t r, uint32_t off, int dev, int gone) {
+  uint32_t at = kvidx__hold_find(ix, s, r);
+  uint64_t bit = KVIDX__CAST(uint64_t, 1) << off;
+  KVIDX__A(uint64_t) *h = kvidx__map_at(&ix->holds, at);
+  if (kvidx__ld(&h[KVIDX__H_MULTI]) & bit) {
+    uint32_t m = kvidx__multi_find(ix, s, r, off);
+    uint64_t c = kvidx__ld(&kvidx__map_at(&ix->multi, m)[2]) - (gone ? 1u : 0u) -
+                 (dev ? KVIDX__CAST(uint64_t, 1) << 32 : 0);
+    if (!(c >> 32)) kvidx__st(&h[ix->hdev], kvidx__ld(&h[ix->hdev]) & ~bit);
+    if ((c & 0xFFFFFFFFu) == 1) { /* back to one seq: the bits say it all */
+      kvidx__map_delete(ix, &ix->multi, m);
+      kvidx__st(&h[KVIDX__H_MULTI], kvidx__ld(&h[KVIDX__H_MULTI]) & ~bit);
+    } else {
+      kvidx__st(&kvidx__map_at(&ix->multi, m)[2], c);
+    }
+  } else {
+    if (dev) kvidx__st(&h[ix->hdev], kvidx__ld(&h[ix->hdev]) & ~bit);
+    if (gone) kvidx__st(&h[KVIDX__H_HELD], kvidx__ld(&h[KVIDX__H_HELD]) & ~bit);
+  }
+  if (!kvidx__ld(&h[KVIDX__H_HELD])) {
+    kvidx__hold_drop(ix, s, r, at);
+    return;
+  }
+  kvidx__holder_set(ix, r, h);
+}
+
+/* A held seq gains a device copy. */
+KVIDX__PRIV void kvidx__position_add_dev(kvidx *ix, uint32_t s, uint32_t r, uint32_t off) {
+  KVIDX__A(uint64_t) *h = kvidx__map_at(&ix->holds, kvidx__hold_find(ix, s, r));
+  uint64_t bit = KVIDX__CAST(uint64_t, 1) << off;
+  if (kvidx__ld(&h[KVIDX__H_MULTI]) & bit) {
+    KVIDX__A(uint64_t) *c = &kvidx__map_at(&ix->multi, kvidx__multi_find(ix, s, r, off))[2];
+    kvidx__st(c, kvidx__ld(c) + (KVIDX__CAST(uint64_t, 1) << 32));
+  }
+  kvidx__st(&h[ix->hdev], kvidx__ld(&h[ix->hdev]) | bit);
+  kvidx__holder_set(ix, r, h);
+}
+
+/* ========================================================================== */
+/* 5. Per-worker holdings: stores, removals, eviction                        */
+/* ========================================================================== */
+/* ---- writer lock: events for different workers may come from different
+ * threads; they serialize here (test-and-test-and-set from C11 atomics:
+ * critical sections are short and never block). */
+KVIDX__PRIV void kvidx__lock(kvidx *ix) {
+#ifdef KVIDX_NO_THREADS
+  (void)ix;
+#else
+  while (kvidx__xchg_acq(&ix->wlock, 1))
+    while (kvidx__ld(&ix->wlock)) KVIDX__PAUSE();
+#endif
+}
+KVIDX__PRIV void kvidx__unlock(kvidx *ix) {
+#ifdef KVIDX_NO_THREADS
+  (void)ix;
+#else
+  kvidx__st_rel(&ix->wlock, 0);
+#endif
+}
+
+/* ---- eviction order: a lazily deleted min-heap of (k1, k2) ---------------
+ * An element is current while the worker still holds that seq with the same
+ * keys; stale ones are skipped when they surface and swept when they pass
+ * half the heap. */
 KVIDX__PRIV void kvidx__keys(int evict, uint64_t stamp, uint64_t *seqno, size_t i, uint64_t expires, uint64_t *k1,
                              uint64_t *k2) {
   if (evict == KVIDX_EVICT_LRS) { /* oldest store first; in a store, last block first */
@@ -1058,37 +1624,1684 @@ KVIDX__PRIV void kvidx__keys(int evict, uint64_t stamp, uint64_t *seqno, size_t 
   }
 }
 
+KVIDX__PRIV int kvidx__victim_less(const kvidx__victim *a, const kvidx__victim *b) {
+  return a->k1 != b->k1 ? a->k1 < b->k1 : a->k2 < b->k2;
+}
+
+KVIDX__PRIV void kvidx__heap_up(kvidx__victim *h, size_t i) {
+  kvidx__victim x = h[i];
+  while (i && kvidx__victim_less(&x, &h[(i - 1) / 2])) {
+    h[i] = h[(i - 1) / 2];
+    i = (i - 1) / 2;
+  }
+  h[i] = x;
+}
+
+KVIDX__PRIV void kvidx__heap_down(kvidx__victim *h, size_t n, size_t i) {
+  kvidx__victim x = h[i];
+  for (;;) {
+    size_t c = 2 * i + 1;
+    if (c >= n) break;
+    if (c + 1 < n && kvidx__victim_less(&h[c + 1], &h[c])) c++;
+    if (!kvidx__victim_less(&h[c], &x)) break;
+    h[i] = h[c];
+    i = c;
+  }
+  h[i] = x;
+}
+
+/* The seq entry an element names, if it is still current. */
+KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__victim_entry(const kvidx *ix, const kvidx__victim *v) {
+  const kvidx__slot *sl = &ix->slots[v->slot];
+  uint32_t at;
+  KVIDX__A(uint64_t) *e;
+  if (!sl->used || (at = kvidx__map_find(ix, &sl->seqs, &v->seq)) == KVIDX__NONE) return NULL;
+  e = kvidx__map_at(&sl->seqs, at);
+  return kvidx__ld(&e[2]) == v->k1 && kvidx__ld(&e[3]) == v->k2 ? e : NULL;
+}
+
+KVIDX__PRIV void kvidx__heap_pop(kvidx *ix) {
+  ix->heap[0] = ix->heap[--ix->heap_n];
+  if (ix->heap_n) kvidx__heap_down(ix->heap, ix->heap_n, 0);
+}
+
+/* Drop stale elements from the top, then the current minimum (or NULL). */
+KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__heap_top(kvidx *ix) {
+  while (ix->heap_n) {
+    KVIDX__A(uint64_t) *e = kvidx__victim_entry(ix, &ix->heap[0]);
+    if (e) return e;
+    kvidx__heap_pop(ix);
+  }
+  return NULL;
+}
+
+/* Room for `extra` more elements; sweeps stale ones first when it can. */
+KVIDX__PRIV int kvidx__heap_reserve(kvidx *ix, size_t extra) {
+  kvidx__victim *h;
+  size_t i, n = 0, ncap;
+  if (!ix->evict || ix->heap_n + extra <= ix->heap_cap) return KVIDX_OK;
+  if (ix->heap_n > 2 * ix->blocks + 64) { /* mostly stale: sweep and re-heapify */
+    for (i = 0; i < ix->heap_n; i++)
+      if (kvidx__victim_entry(ix, &ix->heap[i])) ix->heap[n++] = ix->heap[i];
+    ix->heap_n = n;
+    for (i = n / 2; i-- > 0;) kvidx__heap_down(ix->heap, n, i);
+    if (n + extra <= ix->heap_cap) return KVIDX_OK;
+  }
+  ncap = ix->heap_cap ? 2 * ix->heap_cap : 64;
+  while (ncap < ix->heap_n + extra) ncap *= 2;
+  h = KVIDX__CAST(kvidx__victim *, kvidx__alloc(ix, ncap * sizeof(kvidx__victim)));
+  if (!h) return kvidx__oom(ix);
+  if (ix->heap) {
+    memcpy(h, ix->heap, ix->heap_n * sizeof(kvidx__victim));
+    kvidx__free(ix, ix->heap, ix->heap_cap * sizeof(kvidx__victim));
+  }
+  ix->heap = h;
+  ix->heap_cap = ncap;
+  return KVIDX_OK;
+}
+
+KVIDX__PRIV void kvidx__heap_push(kvidx *ix, uint32_t s, uint64_t seq, uint64_t k1, uint64_t k2) {
+  kvidx__victim *v = &ix->heap[ix->heap_n];
+  v->k1 = k1;
+  v->k2 = k2;
+  v->seq = seq;
+  v->slot = s;
+  v->pad_ = 0;
+  kvidx__heap_up(ix->heap, ix->heap_n++);
+}
+
+/* ---- holding and letting go of one seq ------------------------------------ */
+KVIDX__PRIV uint32_t kvidx__seq_words(const kvidx *ix) { return ix->evict ? 4u : 2u; }
+
+/* Worker s lets go of the seq entry at `at` (every tier). */
+KVIDX__PRIV void kvidx__unhold(kvidx *ix, uint32_t s, uint32_t at) {
+  kvidx__slot *sl = &ix->slots[s];
+  uint64_t pos = kvidx__ld(&kvidx__map_at(&sl->seqs, at)[1]);
+  kvidx__map_delete(ix, &sl->seqs, at);
+  sl->blocks--;
+  ix->blocks--;
+  kvidx__position_sub(ix, s, KVIDX__POS_RUN(pos), KVIDX__POS_OFF(pos), (KVIDX__POS_TIERS(pos) & KVIDX__DEVBIT) != 0, 1);
+}
+
+KVIDX__PRIV void kvidx__clear_slot(kvidx *ix, uint32_t s) {
+  kvidx__slot *sl = &ix->slots[s];
+  const kvidx__mtab *t = kvidx__ld(&sl->seqs.tab);
+  uint64_t i;
+  for (i = 0; t && sl->blocks && i <= t->mask;) { /* deletions shift later entries back: stay on i */
+    if (kvidx__ld(&kvidx__map_at(&sl->seqs, KVIDX__CAST(uint32_t, i))[1])) kvidx__unhold(ix, s, KVIDX__CAST(uint32_t, i));
+    else i++;
+  }
+  kvidx__slot_release(ix, s);
+}
+
+/* Prune by the eviction order until at most `limit` blocks remain, never the
+ * protected seq (a store's parent). */
+KVIDX__PRIV void kvidx__prune(kvidx *ix, size_t limit, uint32_t ps, const uint64_t *pseq) {
+  /* ps: the storing worker; it keeps its slot and seq table even if emptied */
+  kvidx__victim keep, top;
+  int kept = 0;
+  while (ix->blocks > limit) {
+    KVIDX__A(uint64_t) *e = kvidx__heap_top(ix);
+    uint32_t s;
+    if (!e) break;
+    s = ix->heap[0].slot;
+    if (pseq && s == ps && ix->heap[0].seq == *pseq) { /* out of the order meanwhile */
+      keep = ix->heap[0];
+      kept = 1;
+      kvidx__heap_pop(ix);
+      continue;
+    }
+    top = ix->heap[0];
+    kvidx__heap_pop(ix);
+    kvidx__unhold(ix, s, kvidx__map_find(ix, &ix->slots[s].seqs, &top.seq));
+    if (!ix->slots[s].blocks && s != ps) kvidx__slot_release(ix, s);
+  }
+  if (kept) {
+    ix->heap[ix->heap_n] = keep;
+    kvidx__heap_up(ix->heap, ix->heap_n++);
+  }
+}
+
+/* Where block `local` goes after position (r, off) of worker s's store:
+ * along the run, into a child run, appended to the run's end, or a new run. */
+KVIDX__PRIV int kvidx__advance(kvidx *ix, uint32_t *r, uint32_t *off, uint64_t local, size_t hint) {
+  uint32_t c, len = 0;
+  if (*r != KVIDX__NONE) {
+    kvidx__run *rn = kvidx__run_at(ix, *r);
+    len = KVIDX__LEN(kvidx__ld(&rn->shape));
+    if (*off + 1 < len && kvidx__local_at(ix, rn, *off + 1) == local) {
+      ++*off;
+      return KVIDX_OK;
+    }
+  }
+  if ((c = kvidx__child_find(ix, *r, *off, local)) != KVIDX__NONE) {
+    *r = c;
+    *off = 0;
+    return KVIDX_OK;
+  }
+  if (ix->entries >= ix->max_entries) return KVIDX_EFULL;
+  if (*r != KVIDX__NONE && *off + 1 == len && len < KVIDX__RUN_MAX) {
+    /* the run's end: grow it in place (holders' cutoffs stay as they are) */
+    if (!kvidx__run_append(ix, *r, local)) return kvidx__oom(ix);
+    ++*off;
+    return KVIDX_OK;
+  }
+  if ((c = kvidx__run_new(ix, *r, *off, local, hint)) == KVIDX__NONE) return kvidx__oom(ix);
+  *r = c;
+  *off = 0;
+  return KVIDX_OK;
+}
+
+/* How many distinct seqs of b the worker does not hold yet: sorted scratch
+ * when it can have some (O(n log n)), pairwise otherwise. */
+KVIDX__PRIV int kvidx__cmp_u64(const void *a, const void *b) {
+  uint64_t x = *KVIDX__CAST(const uint64_t *, a), y = *KVIDX__CAST(const uint64_t *, b);
+  return x < y ? -1 : x > y;
+}
+
+KVIDX__PRIV size_t kvidx__fresh_seqs(kvidx *ix, uint32_t s, const kvidx_block *b, size_t n) {
+  uint64_t *v = n > 32 ? KVIDX__CAST(uint64_t *, kvidx__alloc(ix, n * 8)) : NULL;
+  size_t i, j, m = 0, fresh = 0;
+  for (i = 0; i < n; i++) {
+    int seen = s != KVIDX__NONE && kvidx__map_find(ix, &ix->slots[s].seqs, &b[i].seq) != KVIDX__NONE;
+    if (v) {
+      if (!seen) v[m++] = b[i].seq;
+      continue;
+    }
+    for (j = 0; j < i && !seen; j++) seen = b[j].seq == b[i].seq;
+    fresh += !seen;
+  }
+  if (!v) return fresh;
+  qsort(v, m, 8, kvidx__cmp_u64);
+  for (i = 0; i < m; i++) fresh += !i || v[i] != v[i - 1];
+  kvidx__free(ix, v, n * 8);
+  return fresh;
+}
+
+KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uint64_t *parent, const kvidx_block *b,
+                                size_t n, int tier, uint64_t expires) {
+  uint32_t s = kvidx__slot_find(ix, id, rank), r = KVIDX__NONE, off = 0, tbit = 1u << tier;
+  uint64_t stamp = ++ix->stamp;
+  uint64_t added_small[16], *added = added_small;
+  kvidx__hcache hc;
+  kvidx__map spare;
+  size_t i, lim = ix->max_blocks < n ? 0 : ix->max_blocks - n;
+  int rc = KVIDX_OK, saw_held = 0;
+  kvidx__slot *sl;
+  if (parent) {
+    uint32_t at = s == KVIDX__NONE ? KVIDX__NONE : kvidx__map_find(ix, &ix->slots[s].seqs, parent);
+    uint64_t pos;
+    if (at == KVIDX__NONE) return KVIDX_ENOPARENT;
+    pos = kvidx__ld(&kvidx__map_at(&ix->slots[s].seqs, at)[1]);
+    r = KVIDX__POS_RUN(pos);
+    off = KVIDX__POS_OFF(pos);
+  }
+  if (n == 0) return KVIDX_OK;
+  if (n > KVIDX__ID_LIMIT) return KVIDX_EFULL;
+  if (ix->evict) { /* every refusal comes before the prune: a refused store evicts nothing */
+    if (n + (parent != NULL) > ix->max_blocks) return KVIDX_EFULL; /* could never fit */
+    if (s == KVIDX__NONE && ix->slot_free == KVIDX__NONE) return KVIDX_EFULL; /* no worker slot */
+    if (ix->entries + n > ix->max_entries) return KVIDX_EFULL; /* worst case; pruning only frees */
+  }
+  /* reserve first: after this only a holder list growing can run out */
+  if ((rc = kvidx__shared_reserve(ix, n)) != KVIDX_OK || (rc = kvidx__map_reserve(ix, &ix->slot_map, 1)) != KVIDX_OK ||
+      (s != KVIDX__NONE && (rc = kvidx__map_reserve(ix, &ix->slots[s].seqs, n)) != KVIDX_OK) ||
+      (rc = kvidx__heap_reserve(ix, n)) != KVIDX_OK)
+    return rc;
+  if (s == KVIDX__NONE) { /* a new worker: its seq table too before anything changes */
+    kvidx__map_init(&spare, kvidx__seq_words(ix), 1, 1, 0);
+    if ((rc = kvidx__map_reserve(ix, &spare, n)) != KVIDX_OK) return rc;
+  }
+  if (ix->evict && ix->blocks > lim) /* make room: the store then fits */
+    kvidx__prune(ix, ix->evict_target < lim ? ix->evict_target : lim, s, parent);
+  if (!ix->evict && ix->blocks + n > ix->max_blocks && ix->blocks + kvidx__fresh_seqs(ix, s, b, n) > ix->max_blocks)
+    rc = KVIDX_EFULL; /* near the limit: count exactly, as the reference does */
+  if (rc == KVIDX_OK && s == KVIDX__NONE && ix->slot_free == KVIDX__NONE) rc = KVIDX_EFULL;
+  if (rc != KVIDX_OK) {
+    if (s == KVIDX__NONE) kvidx__map_drop(ix, &spare);
+    return rc;
+  }
+  if (s == KVIDX__NONE) {
+    s = kvidx__slot_alloc(ix, id, rank);
+    kvidx__map_move(&ix->slots[s].seqs, &spare);
+  }
+  sl = &ix->slots[s];
+  if (n > 64 * 16) { /* which blocks this call adds: a rollback takes exactly those back */
+    added = KVIDX__CAST(uint64_t *, kvidx__alloc(ix, (n + 63) / 64 * 8));
+    if (!added) {
+      if (!sl->blocks) kvidx__slot_release(ix, s);
+      return kvidx__oom(ix);
+    }
+  }
+  memset(added, 0, (n + 63) / 64 * 8);
+  hc.run = hc.at = KVIDX__NONE;
+  for (i = 0; i < n && i < KVIDX__AHEAD; i++) kvidx__map_prefetch(ix, &sl->seqs, &b[i].seq);
+  for (i = 0; i < n; i++) { /* pass 1: new blocks; held ones are left as they are */
+    uint32_t free_at = KVIDX__NONE, at;
+    uint64_t e[4];
+    if (i + KVIDX__AHEAD < n) kvidx__map_prefetch(ix, &sl->seqs, &b[i + KVIDX__AHEAD].seq);
+    at = kvidx__map_slot(ix, &sl->seqs, &b[i].seq, &free_at);
+    if (at != KVIDX__NONE) { /* the run goes on from the held block */
+      uint64_t pos = kvidx__ld(&kvidx__map_at(&sl->seqs, at)[1]);
+      r = KVIDX__POS_RUN(pos);
+      off = KVIDX__POS_OFF(pos);
+      saw_held = 1;
+      continue;
+    }
+    if ((rc = kvidx__advance(ix, &r, &off, b[i].local, n - i)) != KVIDX_OK ||
+        (rc = kvidx__position_add(ix, s, r, off, tier == KVIDX_TIER_DEVICE, &hc)) != KVIDX_OK) {
+      kvidx__run_release(ix, r); /* a run made for this block and left empty */
+      break;
+    }
+    e[0] = b[i].seq;
+    e[1] = KVIDX__POS(r, off, tbit);
+    if (ix->evict) {
+      kvidx__keys(ix->evict, stamp, &ix->seqno, i, expires, &e[2], &e[3]);
+      kvidx__heap_push(ix, s, b[i].seq, e[2], e[3]);
+    }
+    kvidx__map_put_at(&sl->seqs, free_at, e);
+    sl->blocks++;
+    ix->blocks++;
+    added[i >> 6] |= KVIDX__CAST(uint64_t, 1) << (i & 63);
+  }
+  kvidx__hcache_flush(ix, &hc);
+  if (rc != KVIDX_OK) { /* roll back: this call's seqs go again, newest first */
+    while (i-- > 0)
+      if (added[i >> 6] >> (i & 63) & 1) kvidx__unhold(ix, s, kvidx__map_find(ix, &sl->seqs, &b[i].seq));
+    if (added != added_small) kvidx__free(ix, added, (n + 63) / 64 * 8);
+    if (!sl->blocks) kvidx__slot_release(ix, s);
+    return rc;
+  }
+  if (added != added_small) kvidx__free(ix, added, (n + 63) / 64 * 8);
+  for (i = 0; saw_held && i < n; i++) { /* pass 2, once nothing can fail: a held block */
+    uint32_t at = kvidx__map_find(ix, &sl->seqs, &b[i].seq); /* gains the tier and a later expiry */
+    KVIDX__A(uint64_t) *e = kvidx__map_at(&sl->seqs, at);
+    uint64_t pos = kvidx__ld(&e[1]);
+    if (!(KVIDX__POS_TIERS(pos) & tbit)) {
+      kvidx__st(&e[1], pos | tbit);
+      if (tier == KVIDX_TIER_DEVICE) kvidx__position_add_dev(ix, s, KVIDX__POS_RUN(pos), KVIDX__POS_OFF(pos));
+    }
+    if (ix->evict == KVIDX_EVICT_EXPIRY && expires && expires > kvidx__ld(&e[2])) {
+      kvidx__st(&e[2], expires);
+      kvidx__heap_push(ix, s, b[i].seq, expires, kvidx__ld(&e[3]));
+    }
+  }
+  return KVIDX_OK;
+}
+
+KVIDX__PRIV int kvidx__ix_remove(kvidx *ix, uint64_t id, uint32_t rank, const uint64_t *seq, size_t n, int tier) {
+  uint32_t s = kvidx__slot_find(ix, id, rank);
+  size_t i, unknown = 0;
+  for (i = 0; s != KVIDX__NONE && i < n && i < KVIDX__AHEAD; i++) kvidx__map_prefetch(ix, &ix->slots[s].seqs, &seq[i]);
+  for (i = 0; i < n; i++) {
+    kvidx__slot *sl;
+    if (s != KVIDX__NONE && i + KVIDX__AHEAD < n) kvidx__map_prefetch(ix, &ix->slots[s].seqs, &seq[i + KVIDX__AHEAD]);
+    uint32_t at, tiers, tb;
+    KVIDX__A(uint64_t) *e;
+    uint64_t pos;
+    if (s == KVIDX__NONE || (at = kvidx__map_find(ix, &(sl = &ix->slots[s])->seqs, &seq[i])) == KVIDX__NONE) {
+      unknown++;
+      continue;
+    }
+    e = kvidx__map_at(&sl->seqs, at);
+    pos = kvidx__ld(&e[1]);
+    tiers = KVIDX__POS_TIERS(pos);
+    tb = tier == KVIDX_TIER_ALL ? tiers : (1u << tier);
+    if (!(tiers & tb)) {
+      unknown++; /* no copy on that tier */
+    } else if (tiers == tb) {
+      kvidx__unhold(ix, s, at);
+    } else { /* another tier's copy stays */
+      kvidx__st(&e[1], pos & ~KVIDX__CAST(uint64_t, tb));
+      if (tb & KVIDX__DEVBIT) kvidx__position_sub(ix, s, KVIDX__POS_RUN(pos), KVIDX__POS_OFF(pos), 1, 0);
+    }
+  }
+  if (s != KVIDX__NONE && !ix->slots[s].blocks) kvidx__slot_release(ix, s);
+  return unknown ? KVIDX_ENOENT : KVIDX_OK;
+}
+
+KVIDX__PRIV size_t kvidx__ix_expire(kvidx *ix, uint64_t now) {
+  size_t n = 0;
+  KVIDX__A(uint64_t) *e;
+  while ((e = kvidx__heap_top(ix)) != NULL && kvidx__ld(&e[2]) <= now) {
+    uint32_t s = ix->heap[0].slot;
+    kvidx__unhold(ix, s, kvidx__map_find(ix, &ix->slots[s].seqs, &ix->heap[0].seq));
+    kvidx__heap_pop(ix);
+    if (!ix->slots[s].blocks) kvidx__slot_release(ix, s);
+    n++;
+  }
+  return n;
+}
+
 /* ========================================================================== */
-/* 3. Reference semantics: the naive nested map that defines every answer    */
+/* 6. Queries: one walk over the runs                                        */
+/* ========================================================================== */
+/* From the root, each step reads one run as a consistent snapshot (its
+ * seqlock even and unchanged around the copy): how far the query's locals
+ * follow the run's (m), and every holder's cutoff.  Workers still in the
+ * running whose cutoff covers m go on; the others score where their held
+ * prefix ends.  Then one child-map probe for the run hanging below offset
+ * m - 1 with the query's next local.  No hashing, one comparison per block,
+ * per-holder work once per run. */
+#define KVIDX__MAX_TRIES (1u << 20)
+
+KVIDX__PRIV void kvidx__backoff(uint32_t tries) {
+  KVIDX__PAUSE();
+  if ((tries & 63) == 0) KVIDX__YIELD();
+}
+
+typedef struct {
+  uint32_t max_tries; /* KVIDX__MAX_TRIES; 1 in the interleaving test      */
+  int gave_up;        /* a probe found no consistent snapshot              */
+  uint32_t nw;        /* bitset words in play for this query               */
+} kvidx__rctx;
+
+/* Reader: the run below (r, off) whose first local is `local`, or NONE.  A
+ * miss is believed only if no deletion ran meanwhile and the table stayed. */
+KVIDX__PRIV uint32_t kvidx__child_probe(const kvidx *cix, kvidx__rctx *rc, uint32_t r, uint32_t off, uint64_t local) {
+  kvidx *ix = KVIDX__MUT(cix);
+  uint64_t key[2], h;
+  uint32_t tries;
+  kvidx__child_key(key, r, off, local);
+  h = kvidx__key_hash(ix->seed, key, 2);
+  for (tries = 0; tries < rc->max_tries; tries++) {
+    uint32_t mv = kvidx__ld_acq(&ix->children.moves), found = KVIDX__NONE;
+    kvidx__mtab *t = kvidx__ld_acq(&ix->children.tab);
+    uint64_t i, steps;
+    if (tries) kvidx__backoff(tries);
+    if (mv & 1) continue;
+    if (!t) return KVIDX__NONE;
+    for (i = h & t->mask, steps = 0; steps <= t->mask; i = (i + 1) & t->mask, steps++) {
+      KVIDX__A(uint64_t) *e = kvidx__mtab_words(t) + i * 3;
+      uint64_t k0 = kvidx__ld_acq(&e[0]);
+      if (!k0) break;
+      if (k0 == key[0] && kvidx__ld(&e[1]) == key[1]) {
+        found = KVIDX__CAST(uint32_t, kvidx__ld(&e[2]));
+        break;
+      }
+    }
+    kvidx__fence_acq();
+    if (kvidx__ld(&ix->children.moves) == mv && kvidx__ld(&ix->children.tab) == t) return found;
+  }
+  rc->gave_up = 1;
+  return KVIDX__NONE;
+}
+
+KVIDX__PRIV void kvidx__emit_slot(const kvidx *ix, kvidx__sink *k, uint32_t s, size_t depth, uint32_t dev) {
+  kvidx__slot *sl = &KVIDX__MUT(ix)->slots[s];
+  uint32_t tries;
+  if (!depth) return;
+  for (tries = 0; tries < KVIDX__MAX_TRIES; tries++) {
+    uint32_t v1 = kvidx__ld_acq(&sl->ver), rank;
+    uint64_t id, gen;
+    if (v1 & 1) {
+      kvidx__backoff(tries + 1);
+      continue;
+    }
+    id = kvidx__ld(&sl->id);
+    rank = kvidx__ld(&sl->rank);
+    gen = kvidx__ld(&sl->gen);
+    kvidx__fence_acq();
+    if (kvidx__ld(&sl->ver) != v1) continue;
+    if (gen > k->gen) return; /* assigned after the query began: its holdings may mix two workers */
+    kvidx__sink_push(k, id, rank, depth, dev);
+    return;
+  }
+}
+
+/* One holder seen in a run: slot | cutoff << 16 | device blocks << 24. */
+#define KVIDX__HIT(s, cut, dev) ((s) | (cut) << 16 | (dev) << 24)
+
+/* Walk the query from the root.  act: workers still matching (nw words). */
+KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *loc, size_t n, kvidx__sink *k,
+                             uint32_t *dev) {
+  kvidx *ix = KVIDX__MUT(cix);
+  uint64_t act[KVIDX__NW_MAX], seen[KVIDX__NW_MAX];
+  uint32_t hits[KVIDX_WORKERS_MAX];
+  uint32_t nw = rc->nw, r, w, hw = ix->hw, first = 1, prev = KVIDX__NONE, poff = 0, nhits = 0, m = 0, j;
+  size_t p = 0;
+  if (!n) return;
+  memset(act, 0, nw * sizeof(uint64_t));
+  r = kvidx__child_probe(ix, rc, KVIDX__NONE, 0, loc[0]);
+  while (r != KVIDX__NONE) {
+    kvidx__run *rn = KVIDX__RCAST(kvidx__run *, kvidx__grow_get(&ix->runs, r, 1, 1));
+    uint32_t tries;
+    int ok = 0;
+    for (tries = 0; rn && tries < rc->max_tries && !ok; tries++) {
+      uint32_t v1 = kvidx__ld_acq(&rn->ver), shape, len, nh, max;
+      KVIDX__A(uint64_t) *lw, *hp = NULL;
+      if (tries) kvidx__backoff(tries);
+      if (v1 & 1) continue;
+      shape = kvidx__ld(&rn->shape);
+      len = KVIDX__LEN(shape);
+      nh = kvidx__ld(&rn->nhold);
+      if (!len || kvidx__ld(&rn->parent) != prev || KVIDX__POFF(shape) != poff) {
+        kvidx__fence_acq(); /* freed, or reused for another path: a miss if that is stable */
+        if (kvidx__ld(&rn->ver) == v1) ok = 2;
+        continue;
+      }
+      lw = KVIDX__RCAST(KVIDX__A(uint64_t) *, kvidx__grow_get(&ix->words.g, kvidx__ld(&rn->locals), len, 1));
+      if (nh)
+        hp = KVIDX__RCAST(KVIDX__A(uint64_t) *,
+                          kvidx__grow_get(&ix->words.g, kvidx__ld(&rn->holders), KVIDX__CAST(uint64_t, nh) * hw, 1));
+      if (!lw || (nh && !hp) || nh > ix->max_workers) continue; /* torn: retry */
+      max = n - p < len ? KVIDX__CAST(uint32_t, n - p) : len;
+      for (m = 0; m < max && kvidx__ld(&lw[m]) == loc[p + m]; m++) {}
+      for (nhits = 0, j = 0; j < nh; j++) {
+        uint64_t e = kvidx__ld(&hp[j * hw]);
+        uint32_t s = KVIDX__CAST(uint32_t, e & 0xFFFFFFFFu), cut = KVIDX__CAST(uint32_t, e >> 32), upto, c = 0;
+        if (s >= nw * 64 || cut > KVIDX__RUN_MAX) break; /* torn or newer than our word count */
+        if (!first && !((act[s >> 6] >> (s & 63)) & 1)) continue;
+        upto = cut < m ? cut : m;
+        if (dev) { /* device blocks among the ones this worker matched here */
+          uint64_t bs = kvidx__ld(&hp[j * hw + hw - 1]) & (upto >= 64 ? ~KVIDX__CAST(uint64_t, 0)
+                                                                     : (KVIDX__CAST(uint64_t, 1) << upto) - 1);
+          if (!ix->tiers_on) c = upto;
+          else for (; bs; bs &= bs - 1) c++;
+        }
+        hits[nhits++] = KVIDX__HIT(s, cut, c);
+      }
+      if (j < nh) continue;
+      kvidx__fence_acq();
+      if (kvidx__ld(&rn->ver) == v1) ok = 1;
+    }
+    if (ok != 1 || m == 0) { /* the run went away (a miss) or never held still (give up) */
+      if (ok == 0) rc->gave_up = 1;
+      break;
+    }
+    /* commit the copy: holders stop inside the run or go on; the others of
+     * act stopped where the run begins */
+    memset(seen, 0, nw * sizeof(uint64_t));
+    for (j = 0; j < nhits; j++) {
+      uint32_t s = hits[j] & 0xFFFFu, cut = (hits[j] >> 16) & 0xFFu;
+      if (dev) dev[s] = (first ? 0 : dev[s]) + (hits[j] >> 24);
+      seen[s >> 6] |= KVIDX__CAST(uint64_t, 1) << (s & 63);
+      if (cut < m) kvidx__emit_slot(ix, k, s, p + cut, dev ? dev[s] : 0);
+    }
+    for (w = 0; w < nw; w++) {
+      uint64_t before = act[w] & ~seen[w];
+      for (; before; before &= before - 1) {
+        uint32_t s = w * 64 + kvidx__ctz64(before);
+        kvidx__emit_slot(ix, k, s, p, dev ? dev[s] : 0);
+      }
+      act[w] = 0;
+    }
+    for (j = 0; j < nhits; j++)
+      if (((hits[j] >> 16) & 0xFFu) >= m) act[(hits[j] & 0xFFFFu) >> 6] |= KVIDX__CAST(uint64_t, 1) << (hits[j] & 63);
+    first = 0;
+    p += m;
+    if (p == n) break;
+    for (w = 0; w < nw && !act[w]; w++) {}
+    if (w == nw) break;
+    prev = r;
+    poff = m - 1;
+    r = kvidx__child_probe(ix, rc, r, m - 1, loc[p]);
+  }
+  for (w = 0; w < nw; w++) /* still matching where the walk ended */
+    for (; act[w]; act[w] &= act[w] - 1) {
+      uint32_t s = w * 64 + kvidx__ctz64(act[w]);
+      kvidx__emit_slot(ix, k, s, p, dev ? dev[s] : 0);
+    }
+}
+
+/* ========================================================================== */
+/* 8. Public API: lifecycle, events, stats, invariant checker                */
+/* ========================================================================== */
+typedef struct {
+  uint32_t max_workers, jump;
+  size_t max_blocks, max_entries, fixed, total, arena;
+  unsigned words_shift, runs_shift;
+} kvidx__plan;
+
+/* Bytes of the smallest power-of-two class holding n bytes (buffer arena). */
+KVIDX__PRIV size_t kvidx__cls_bytes(uint64_t n) {
+  uint64_t size;
+  kvidx__arena_class(n, &size);
+  return KVIDX__CAST(size_t, size);
+}
+
+/* A map of up to `entries`: its table at the largest size a store's
+ * reservation can ask for, the one before it while it grows, and room for
+ * the free lists' leftovers (classes are never split or merged). */
+KVIDX__PRIV uint64_t kvidx__map_worst(uint64_t entries, uint32_t ew) {
+  uint64_t slots = 8;
+  while (entries * 4 > slots * 3) slots *= 2;
+  return 2 * KVIDX__CAST(uint64_t, kvidx__cls_bytes(kvidx__mtab_bytes(slots, ew))) +
+         kvidx__cls_bytes(kvidx__mtab_bytes(slots / 2, ew));
+}
+
+KVIDX__PRIV int kvidx__plan_cfg(const kvidx_config *cfg, int buffer, kvidx__plan *pl) {
+  uint64_t B, E, words, a;
+  if (!cfg || cfg->kind < KVIDX_RADIX || cfg->kind > KVIDX_REFERENCE || (cfg->flags & ~KVIDX_F_TIERS))
+    return KVIDX_EINVAL;
+  if ((cfg->alloc == NULL) != (cfg->free == NULL)) return KVIDX_EINVAL;
+  pl->max_workers = cfg->max_workers ? cfg->max_workers
+                                     : (KVIDX__DEFAULT_WORKERS < KVIDX_WORKERS_MAX ? KVIDX__DEFAULT_WORKERS
+                                                                                   : KVIDX_WORKERS_MAX);
+  if (pl->max_workers > KVIDX_WORKERS_MAX) return KVIDX_EINVAL;
+  pl->jump = cfg->jump ? cfg->jump : KVIDX__DEFAULT_JUMP;
+  if (pl->jump > KVIDX_JUMP_MAX) return KVIDX_EINVAL;
+  pl->max_blocks = cfg->max_blocks ? cfg->max_blocks : buffer ? KVIDX_BUFFER_DEFAULT_BLOCKS : KVIDX__ID_LIMIT / 2;
+  if (pl->max_blocks > KVIDX__ID_LIMIT / 2) return KVIDX_EINVAL;
+  pl->max_entries = cfg->max_entries ? cfg->max_entries : buffer ? pl->max_blocks : KVIDX__ID_LIMIT;
+  if (pl->max_entries > KVIDX__ID_LIMIT) return KVIDX_EINVAL;
+  if (cfg->evict < KVIDX_EVICT_NONE || cfg->evict > KVIDX_EVICT_EXPIRY || cfg->evict_target_pct > 100 ||
+      (cfg->evict && !cfg->max_blocks))
+    return KVIDX_EINVAL;
+  pl->fixed = kvidx__align(sizeof(kvidx)) + kvidx__align(sizeof(kvidx__slot) * pl->max_workers) +
+              kvidx__align(sizeof(kvidx__evid) * kvidx__pow2(2 * KVIDX__CAST(uint64_t, pl->max_workers)));
+  pl->total = pl->fixed;
+  pl->words_shift = 13;
+  pl->runs_shift = 10;
+  pl->arena = 0;
+  if (buffer) { /* every structure at its largest, in power-of-two classes (see kvidx_buffer_size) */
+    uint32_t hw = (cfg->flags & KVIDX_F_TIERS) ? 2u : 1u, ew = cfg->evict ? 4u : 2u;
+    if (cfg->kind == KVIDX_REFERENCE) return KVIDX_ENOTSUP;
+    B = pl->max_blocks;
+    E = pl->max_entries < B ? pl->max_entries : B;
+    words = 3 * E + 3 * B * hw + 2 * (KVIDX__CAST(uint64_t, 1) << kvidx__class_of(pl->max_workers * hw + 1));
+    pl->words_shift = kvidx__class_of(words);
+    pl->runs_shift = kvidx__class_of(E + 2);
+    a = kvidx__cls_bytes((KVIDX__CAST(uint64_t, 1) << pl->words_shift) * 8) +
+        kvidx__cls_bytes((KVIDX__CAST(uint64_t, 1) << pl->runs_shift) * sizeof(kvidx__run)) +
+        kvidx__map_worst(E, 3) + kvidx__map_worst(B, hw + 3) + kvidx__map_worst(B / 2 + 1, 3) +
+        kvidx__map_worst(pl->max_workers, 3) + 2 * kvidx__map_worst(B + 8, ew) +
+        KVIDX__CAST(uint64_t, pl->max_workers) * 512 + kvidx__cls_bytes(B / 8 + 8) +
+        (cfg->evict ? 2 * kvidx__cls_bytes((2 * B + 128) * sizeof(kvidx__victim)) : 0) + 65536;
+    if (a > (~KVIDX__CAST(size_t, 0) >> 2)) return KVIDX_EINVAL; /* does not fit this address space */
+    pl->arena = KVIDX__CAST(size_t, a);
+    pl->total += pl->arena;
+  }
+  return KVIDX_OK;
+}
+
+KVIDX__PRIV uint64_t kvidx__pick_seed(const kvidx_config *cfg, const void *where) {
+  static KVIDX__A(uint64_t) counter;
+  uint64_t c = kvidx__ld(&counter) + 1;
+  kvidx__st(&counter, c); /* a racing create may reuse a count: the address still differs */
+  if (cfg->seed) return cfg->seed;
+  return kvidx__mix(KVIDX__CAST(uint64_t, KVIDX__ADDR(where)) ^ kvidx__mix(c) ^
+                    KVIDX__CAST(uint64_t, KVIDX__ADDR(&counter)) << 17);
+}
+
+/* Lay out the fixed part (and the arena in buffer mode) from mem. */
+KVIDX__PRIV kvidx *kvidx__setup(const kvidx_config *cfg, const kvidx__plan *pl, unsigned char *mem, int buffer) {
+  kvidx *ix = KVIDX__RCAST(kvidx *, mem);
+  uint32_t i;
+  unsigned c;
+  memset(mem, 0, pl->fixed);
+  ix->kind = cfg->kind;
+  ix->buffer_mode = buffer;
+  ix->alloc = cfg->alloc;
+  ix->free = cfg->free;
+  ix->actx = cfg->alloc_ctx;
+  ix->max_workers = pl->max_workers;
+  ix->jump = pl->jump;
+  ix->max_blocks = pl->max_blocks;
+  ix->max_entries = pl->max_entries;
+  ix->evict = cfg->evict;
+  ix->tiers_on = (cfg->flags & KVIDX_F_TIERS) != 0;
+  ix->hw = ix->tiers_on ? 2u : 1u;
+  ix->hdev = ix->tiers_on ? 4u : KVIDX__CAST(uint32_t, KVIDX__H_HELD);
+  ix->evict_target = pl->max_blocks * (cfg->evict_target_pct ? cfg->evict_target_pct : 80) / 100;
+  ix->seed = kvidx__pick_seed(cfg, ix);
+  mem += kvidx__align(sizeof(kvidx));
+  ix->slots = KVIDX__RCAST(kvidx__slot *, mem);
+  mem += kvidx__align(sizeof(kvidx__slot) * pl->max_workers);
+  ix->evtab = KVIDX__RCAST(kvidx__evid *, mem);
+  ix->evtab_mask = kvidx__pow2(2 * KVIDX__CAST(uint64_t, pl->max_workers)) - 1;
+  mem += kvidx__align(sizeof(kvidx__evid) * (ix->evtab_mask + 1));
+  for (i = 0; i < pl->max_workers; i++) ix->slots[i].free_next = i + 1 < pl->max_workers ? i + 1 : KVIDX__NONE;
+  ix->slot_free = 0;
+  ix->run_free = KVIDX__NONE;
+  for (c = 0; c < KVIDX__WCLASSES; c++) ix->words.free_head[c] = KVIDX__NONE;
+  ix->words.g.es = 8;
+  ix->words.g.shift0 = pl->words_shift;
+  ix->runs.es = sizeof(kvidx__run);
+  ix->runs.shift0 = pl->runs_shift;
+  kvidx__map_init(&ix->slot_map, 3, 2, 1, 0);
+  kvidx__map_init(&ix->children, 3, 2, 0, 1);
+  kvidx__map_init(&ix->holds, ix->tiers_on ? 5u : 4u, 1, 0, 0);
+  kvidx__map_init(&ix->multi, 3, 2, 0, 0);
+  if (buffer) {
+    ix->arena.next = mem;
+    ix->arena.end = mem + pl->arena;
+  }
+  return ix;
+}
+
+KVIDX_DEF size_t kvidx_buffer_size(const kvidx_config *cfg) {
+  kvidx__plan pl;
+  return kvidx__plan_cfg(cfg, 1, &pl) == KVIDX_OK ? pl.total + 64 : 0;
+}
+
+KVIDX_DEF int kvidx_init_buffer(kvidx **out, const kvidx_config *cfg, void *mem, size_t len) {
+  kvidx__plan pl;
+  unsigned char *m;
+  size_t adj;
+  int rc;
+  if (!out || !mem) return KVIDX_EINVAL;
+  *out = NULL;
+  if ((rc = kvidx__plan_cfg(cfg, 1, &pl)) != KVIDX_OK) return rc;
+  adj = (64 - (KVIDX__CAST(size_t, KVIDX__RCAST(uintptr_t, mem)) & 63)) & 63;
+  if (len < pl.total + 64) return KVIDX_EINVAL;
+  m = KVIDX__CAST(unsigned char *, mem) + adj;
+  *out = kvidx__setup(cfg, &pl, m, 1);
+  (*out)->bytes = (*out)->peak = (*out)->buf_len = len;
+  return KVIDX_OK;
+}
+
+KVIDX_DEF int kvidx_create(kvidx **out, const kvidx_config *cfg) {
+  kvidx__plan pl;
+  unsigned char *m;
+  kvidx *ix;
+  if (!out) return KVIDX_EINVAL;
+  *out = NULL;
+  {
+    int rc = kvidx__plan_cfg(cfg, 0, &pl);
+    if (rc != KVIDX_OK) return rc;
+  }
+#ifdef KVIDX_NO_MALLOC
+  if (!cfg->alloc) return KVIDX_EINVAL;
+#endif
+  m = KVIDX__CAST(unsigned char *, kvidx__raw_alloc(cfg->alloc, cfg->alloc_ctx, pl.fixed));
+  if (!m) return KVIDX_ENOMEM;
+  ix = kvidx__setup(cfg, &pl, m, 0);
+  ix->bytes = ix->peak = ix->fixed_bytes = pl.fixed;
+  if (ix->kind == KVIDX_REFERENCE) {
+    size_t wb = sizeof(kvidx__rworker) * ix->max_workers;
+    ix->ref = KVIDX__CAST(kvidx__ref *, kvidx__alloc(ix, sizeof(kvidx__ref)));
+    if (ix->ref) {
+      memset(ix->ref, 0, sizeof *ix->ref);
+      ix->ref->w = KVIDX__CAST(kvidx__rworker *, kvidx__alloc(ix, wb));
+      if (ix->ref->w) memset(ix->ref->w, 0, wb);
+    }
+    if (!ix->ref || !ix->ref->w) {
+      kvidx_destroy(ix);
+      return KVIDX_ENOMEM;
+    }
+  }
+  *out = ix;
+  return KVIDX_OK;
+}
+
+KVIDX__PRIV void kvidx__ref_drop_all(kvidx *ix);
+
+KVIDX_DEF void kvidx_destroy(kvidx *ix) {
+  uint32_t i;
+  if (!ix || ix->buffer_mode) return; /* buffer mode: the caller owns the memory */
+  if (ix->ref) kvidx__ref_drop_all(ix);
+  for (i = 0; i < ix->max_workers; i++)
+    if (ix->slots[i].used) kvidx__map_drop(ix, &ix->slots[i].seqs);
+  kvidx__map_drop(ix, &ix->slot_map);
+  kvidx__map_drop(ix, &ix->children);
+  kvidx__map_drop(ix, &ix->holds);
+  kvidx__map_drop(ix, &ix->multi);
+  kvidx__grow_drop(ix, &ix->words.g);
+  kvidx__grow_drop(ix, &ix->runs);
+  if (ix->heap) kvidx__free(ix, ix->heap, ix->heap_cap * sizeof(kvidx__victim));
+  kvidx__free(ix, ix, ix->fixed_bytes);
+}
+
+KVIDX__PRIV int kvidx__store(kvidx *ix, uint64_t worker_id, uint32_t dp_rank, const uint64_t *parent_seq,
+                             const kvidx_block *b, size_t n, int tier, uint64_t expires) {
+  int rc;
+  if (!ix || (n && !b) || tier < KVIDX_TIER_DEVICE || tier > KVIDX_TIER_DISK) return KVIDX_EINVAL;
+  if (tier != KVIDX_TIER_DEVICE && !ix->tiers_on) return KVIDX_ENOTSUP;
+  if (ix->kind == KVIDX_REFERENCE) return kvidx__ref_store(ix, worker_id, dp_rank, parent_seq, b, n, tier, expires);
+  kvidx__lock(ix);
+  rc = kvidx__ix_store(ix, worker_id, dp_rank, parent_seq, b, n, tier, expires);
+  kvidx__unlock(ix);
+  return rc;
+}
+
+KVIDX__PRIV int kvidx__remove(kvidx *ix, uint64_t worker_id, uint32_t dp_rank, const uint64_t *seq, size_t n,
+                              int tier) {
+  int rc;
+  if (!ix || (n && !seq) || (tier != KVIDX_TIER_ALL && (tier < KVIDX_TIER_DEVICE || tier > KVIDX_TIER_DISK)))
+    return KVIDX_EINVAL;
+  if (ix->kind == KVIDX_REFERENCE) return kvidx__ref_remove(ix, worker_id, dp_rank, seq, n, tier);
+  kvidx__lock(ix);
+  rc = kvidx__ix_remove(ix, worker_id, dp_rank, seq, n, tier);
+  kvidx__unlock(ix);
+  return rc;
+}
+
+KVIDX_DEF int kvidx_store(kvidx *ix, uint64_t worker_id, uint32_t dp_rank, const uint64_t *parent_seq,
+                          const kvidx_block *b, size_t n) {
+  return kvidx__store(ix, worker_id, dp_rank, parent_seq, b, n, KVIDX_TIER_DEVICE, 0);
+}
+
+KVIDX_DEF int kvidx_store_ttl(kvidx *ix, uint64_t worker_id, uint32_t dp_rank, const uint64_t *parent_seq,
+                              const kvidx_block *b, size_t n, uint64_t expires_at) {
+  if (ix && ix->evict != KVIDX_EVICT_EXPIRY) return KVIDX_ENOTSUP;
+  return kvidx__store(ix, worker_id, dp_rank, parent_seq, b, n, KVIDX_TIER_DEVICE, expires_at);
+}
+
+KVIDX_DEF int kvidx_remove(kvidx *ix, uint64_t worker_id, uint32_t dp_rank, const uint64_t *seq, size_t n) {
+  return kvidx__remove(ix, worker_id, dp_rank, seq, n, KVIDX_TIER_ALL);
+}
+
+KVIDX_DEF int kvidx_expire(kvidx *ix, uint64_t now, size_t *removed) {
+  size_t n;
+  if (removed) *removed = 0;
+  if (!ix) return KVIDX_EINVAL;
+  if (ix->evict != KVIDX_EVICT_EXPIRY) return KVIDX_ENOTSUP;
+  if (ix->kind == KVIDX_REFERENCE) {
+    n = kvidx__ref_expire(ix, now);
+  } else {
+    kvidx__lock(ix);
+    n = kvidx__ix_expire(ix, now);
+    kvidx__unlock(ix);
+  }
+  if (removed) *removed = n;
+  return KVIDX_OK;
+}
+
+/* ---- event ids -------------------------------------------------------------
+ * A linear-probing table of (worker, dp_rank) -> last event id with twice as
+ * many places as worker slots.  When it is 3/4 full, entries of workers that
+ * hold nothing are dropped (their next event counts as a first one); at most
+ * max_workers workers hold blocks, so that always makes room. */
+KVIDX__PRIV uint32_t kvidx__ev_home(const kvidx *ix, uint64_t id, uint32_t rank) {
+  return KVIDX__CAST(uint32_t, kvidx__mix(id ^ (KVIDX__CAST(uint64_t, rank) << 48) ^ rank)) & ix->evtab_mask;
+}
+
+KVIDX__PRIV kvidx__evid *kvidx__ev_find(const kvidx *ix, uint64_t id, uint32_t rank) {
+  uint32_t i;
+  for (i = kvidx__ev_home(ix, id, rank); ix->evtab[i].used; i = (i + 1) & ix->evtab_mask)
+    if (ix->evtab[i].id == id && ix->evtab[i].rank == rank) return &ix->evtab[i];
+  return NULL;
+}
+
+KVIDX__PRIV void kvidx__ev_del(kvidx *ix, uint32_t i) { /* backward-shift deletion */
+  uint32_t m = ix->evtab_mask, j;
+  ix->evtab[i].used = 0;
+  for (j = (i + 1) & m; ix->evtab[j].used; j = (j + 1) & m) {
+    uint32_t h = kvidx__ev_home(ix, ix->evtab[j].id, ix->evtab[j].rank);
+    if (((j - h) & m) >= ((j - i) & m)) {
+      ix->evtab[i] = ix->evtab[j];
+      ix->evtab[j].used = 0;
+      i = j;
+    }
+  }
+  ix->evtab_n--;
+}
+
+KVIDX__PRIV size_t kvidx__blocks_of(const kvidx *ix, uint64_t id, uint32_t rank);
+
+KVIDX__PRIV kvidx__evid *kvidx__ev_put(kvidx *ix, uint64_t id, uint32_t rank) {
+  uint32_t i;
+  if ((ix->evtab_n + 1) * 4 > (ix->evtab_mask + 1) * 3) {
+    int again = 1;
+    while (again) /* deletions shift entries back: sweep until none goes */
+      for (again = 0, i = 0; i <= ix->evtab_mask; i++)
+        if (ix->evtab[i].used && !kvidx__blocks_of(ix, ix->evtab[i].id, ix->evtab[i].rank)) {
+          kvidx__ev_del(ix, i);
+          again = 1;
+        }
+  }
+  for (i = kvidx__ev_home(ix, id, rank); ix->evtab[i].used; i = (i + 1) & ix->evtab_mask) {}
+  ix->evtab[i].used = 1;
+  ix->evtab[i].id = id;
+  ix->evtab[i].rank = rank;
+  ix->evtab_n++;
+  return &ix->evtab[i];
+}
+
+/* The event's operation, without locking (the caller holds the lock). */
+KVIDX__PRIV int kvidx__apply_op(kvidx *ix, const kvidx_event *ev) {
+  int ref = ix->kind == KVIDX_REFERENCE;
+  switch (ev->type) {
+  case KVIDX_EV_STORED:
+    return ref ? kvidx__ref_store(ix, ev->worker_id, ev->dp_rank, ev->parent, ev->blocks, ev->n, ev->tier,
+                                  ev->expires_at)
+               : kvidx__ix_store(ix, ev->worker_id, ev->dp_rank, ev->parent, ev->blocks, ev->n, ev->tier,
+                                 ev->expires_at);
+  case KVIDX_EV_REMOVED:
+    return ref ? kvidx__ref_remove(ix, ev->worker_id, ev->dp_rank, ev->seqs, ev->n, ev->tier)
+               : kvidx__ix_remove(ix, ev->worker_id, ev->dp_rank, ev->seqs, ev->n, ev->tier);
+  default: /* KVIDX_EV_CLEARED */
+    if (ref) {
+      kvidx__rworker *w = kvidx__ref_worker(ix, ev->worker_id, ev->dp_rank);
+      if (w) kvidx__ref_clear_worker(ix, w);
+    } else {
+      uint32_t s = kvidx__slot_find(ix, ev->worker_id, ev->dp_rank);
+      if (s != KVIDX__NONE) kvidx__clear_slot(ix, s);
+    }
+    return KVIDX_OK;
+  }
+}
+
+KVIDX_DEF int kvidx_apply(kvidx *ix, const kvidx_event *ev) {
+  kvidx__evid *e;
+  int rc, info = KVIDX_OK;
+  if (!ix || !ev || ev->type < KVIDX_EV_STORED || ev->type > KVIDX_EV_CLEARED) return KVIDX_EINVAL;
+  if (ev->type == KVIDX_EV_STORED &&
+      ((ev->n && !ev->blocks) || ev->tier < KVIDX_TIER_DEVICE || ev->tier > KVIDX_TIER_DISK))
+    return KVIDX_EINVAL;
+  if (ev->type == KVIDX_EV_REMOVED && ((ev->n && !ev->seqs) || (ev->tier != KVIDX_TIER_ALL &&
+                                                                (ev->tier < KVIDX_TIER_DEVICE || ev->tier > KVIDX_TIER_DISK))))
+    return KVIDX_EINVAL;
+  if (ev->type == KVIDX_EV_STORED && ev->expires_at && ix->evict != KVIDX_EVICT_EXPIRY) return KVIDX_ENOTSUP;
+  if (ev->type == KVIDX_EV_STORED && ev->tier != KVIDX_TIER_DEVICE && !ix->tiers_on) return KVIDX_ENOTSUP;
+  kvidx__lock(ix);
+  e = kvidx__ev_find(ix, ev->worker_id, ev->dp_rank);
+  if (e && ev->event_id == e->last) {
+    kvidx__unlock(ix);
+    return KVIDX_DUPLICATE;
+  }
+  if (e && ev->event_id < e->last) { /* the engine restarted: its cache is gone */
+    kvidx_event clr = *ev;
+    clr.type = KVIDX_EV_CLEARED;
+    kvidx__apply_op(ix, &clr);
+    info = KVIDX_RESTARTED;
+  } else if (e && ev->event_id > e->last + 1) {
+    info = KVIDX_GAP;
+  }
+  rc = kvidx__apply_op(ix, ev);
+  if (rc == KVIDX_ENOMEM || rc == KVIDX_EFULL) {
+    /* a resource refusal: the caller may retry the same event, so its id is
+     * not used up; after a restart the worker starts afresh */
+    if (info == KVIDX_RESTARTED) kvidx__ev_del(ix, KVIDX__CAST(uint32_t, e - ix->evtab));
+  } else { /* applied, or refused for good (unknown parent / seqs): the id counts */
+    if (!e) e = kvidx__ev_put(ix, ev->worker_id, ev->dp_rank);
+    e->last = ev->event_id;
+  }
+  kvidx__unlock(ix);
+  return rc != KVIDX_OK ? rc : info;
+}
+
+KVIDX_DEF int kvidx_last_event_id(const kvidx *ix, uint64_t worker_id, uint32_t dp_rank, uint64_t *out) {
+  const kvidx__evid *e;
+  int rc = KVIDX_ENOENT;
+  if (!ix || !out) return KVIDX_EINVAL;
+  kvidx__lock(KVIDX__MUT(ix));
+  if ((e = kvidx__ev_find(ix, worker_id, dp_rank)) != NULL) {
+    *out = e->last;
+    rc = KVIDX_OK;
+  }
+  kvidx__unlock(KVIDX__MUT(ix));
+  return rc;
+}
+
+KVIDX__PRIV int kvidx__same_name(const char *a, const char *b) { /* ASCII, case-insensitive */
+  for (; *a && *b; a++, b++) {
+    char x = *a >= 'A' && *a <= 'Z' ? KVIDX__CAST(char, *a + 32) : *a, y = *b;
+    if (x != y) return 0;
+  }
+  return *a == *b;
+}
+
+KVIDX_DEF int kvidx_tier_from_name(const char *m) {
+  static const char *const host[] = {"cpu", "host", "cpu_pinned", "pinned", "dram"};
+  static const char *const disk[] = {"disk", "ssd", "nvme", "local_disk", "storage"};
+  size_t i;
+  if (!m) return KVIDX_TIER_DEVICE;
+  for (i = 0; i < sizeof host / sizeof host[0]; i++)
+    if (kvidx__same_name(m, host[i])) return KVIDX_TIER_HOST;
+  for (i = 0; i < sizeof disk / sizeof disk[0]; i++)
+    if (kvidx__same_name(m, disk[i])) return KVIDX_TIER_DISK;
+  return KVIDX_TIER_DEVICE; /* GPU, cuda, device, unknown, empty */
+}
+
+KVIDX_DEF int kvidx_clear(kvidx *ix, uint64_t worker_id, uint32_t dp_rank) {
+  if (!ix) return KVIDX_EINVAL;
+  if (ix->kind == KVIDX_REFERENCE) {
+    kvidx__rworker *w = kvidx__ref_worker(ix, worker_id, dp_rank);
+    if (w) kvidx__ref_clear_worker(ix, w);
+  } else {
+    uint32_t s;
+    kvidx__lock(ix);
+    if ((s = kvidx__slot_find(ix, worker_id, dp_rank)) != KVIDX__NONE) kvidx__clear_slot(ix, s);
+    kvidx__unlock(ix);
+  }
+  return KVIDX_OK;
+}
+
+KVIDX_DEF int kvidx_remove_worker(kvidx *ix, uint64_t worker_id) {
+  uint32_t i;
+  if (!ix) return KVIDX_EINVAL;
+  if (ix->kind != KVIDX_REFERENCE) kvidx__lock(ix);
+  for (i = 0; i < ix->max_workers; i++) {
+    if (ix->kind == KVIDX_REFERENCE) {
+      if (ix->ref->w[i].live && ix->ref->w[i].id == worker_id) kvidx__ref_clear_worker(ix, &ix->ref->w[i]);
+    } else if (ix->slots[i].used && kvidx__ld(&ix->slots[i].id) == worker_id) {
+      kvidx__clear_slot(ix, i);
+    }
+  }
+  if (ix->kind != KVIDX_REFERENCE) kvidx__unlock(ix);
+  return KVIDX_OK;
+}
+
+
+KVIDX__PRIV size_t kvidx__find(const kvidx *ix, const uint64_t *locals, size_t n, void *out, size_t esz,
+                               size_t cap, kvidx__rctx *rc) {
+  kvidx__sink k;
+  if (!ix || (n && !locals)) return 0;
+  kvidx__sink_init(&k, out, esz, cap);
+  if (ix->kind == KVIDX_REFERENCE) return kvidx__ref_find(ix, locals, n, &k);
+  k.gen = kvidx__ld_acq(&KVIDX__MUT(ix)->gen);
+  rc->nw = kvidx__ld_acq(&KVIDX__MUT(ix)->nw_live);
+  if (!rc->nw) return 0; /* no worker was ever assigned a slot */
+  if (esz == sizeof(kvidx_tier_score)) {
+    uint32_t dev[KVIDX_WORKERS_MAX];
+    kvidx__walk(ix, rc, locals, n, &k, dev);
+  } else {
+    kvidx__walk(ix, rc, locals, n, &k, NULL);
+  }
+  return kvidx__sink_finish(&k);
+}
+
+KVIDX_DEF size_t kvidx_find_matches(const kvidx *ix, const uint64_t *locals, size_t n, kvidx_score *out,
+                                    size_t cap) {
+  kvidx__rctx rc = {KVIDX__MAX_TRIES, 0, 0};
+  return kvidx__find(ix, locals, n, out, sizeof(kvidx_score), cap, &rc);
+}
+
+KVIDX_DEF size_t kvidx_find_matches_tiered(const kvidx *ix, const uint64_t *locals, size_t n,
+                                           kvidx_tier_score *out, size_t cap) {
+  kvidx__rctx rc = {KVIDX__MAX_TRIES, 0, 0};
+  return kvidx__find(ix, locals, n, out, sizeof(kvidx_tier_score), cap, &rc);
+}
+
+KVIDX_DEF int kvidx_find_matches_ex(const kvidx *ix, const uint64_t *locals, size_t n, kvidx_score *out,
+                                    size_t cap, size_t *total) {
+  kvidx__rctx rc = {KVIDX__MAX_TRIES, 0, 0};
+  size_t m;
+  if (total) *total = 0;
+  if (!ix || (n && !locals) || (cap && !out)) return KVIDX_EINVAL;
+  m = kvidx__find(ix, locals, n, out, sizeof(kvidx_score), cap, &rc);
+  if (total) *total = m;
+  return rc.gave_up ? KVIDX_EAGAIN : KVIDX_OK;
+}
+
+KVIDX_DEF size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *locals, size_t n, kvidx_score *out,
+                                          size_t cap, int *retry) {
+  kvidx__rctx rc = {1, 0, 0};
+  size_t m = kvidx__find(ix, locals, n, out, sizeof(kvidx_score), cap, &rc);
+  if (retry) *retry = rc.gave_up;
+  return m;
+}
+
+/* Counters are writer state: these short calls take the writer lock. */
+KVIDX_DEF size_t kvidx_worker_blocks(const kvidx *ix, uint64_t worker_id, uint32_t dp_rank) {
+  size_t n;
+  if (!ix) return 0;
+  kvidx__lock(KVIDX__MUT(ix));
+  n = kvidx__blocks_of(ix, worker_id, dp_rank);
+  kvidx__unlock(KVIDX__MUT(ix));
+  return n;
+}
+
+KVIDX__PRIV size_t kvidx__blocks_of(const kvidx *ix, uint64_t worker_id, uint32_t dp_rank) {
+  uint32_t s;
+  if (ix->kind == KVIDX_REFERENCE) return kvidx__ref_blocks(ix, worker_id, dp_rank);
+  s = kvidx__slot_find(ix, worker_id, dp_rank);
+  return s == KVIDX__NONE ? 0 : ix->slots[s].blocks;
+}
+
+KVIDX_DEF int kvidx_get_stats(const kvidx *ix, kvidx_stats *st) {
+  if (!ix || !st) return KVIDX_EINVAL;
+  kvidx__lock(KVIDX__MUT(ix));
+  memset(st, 0, sizeof *st);
+  st->bytes = ix->bytes;
+  st->peak_bytes = ix->peak;
+  if (ix->kind == KVIDX_REFERENCE) {
+    kvidx__ref_stats(ix, st);
+  } else {
+    st->blocks = ix->blocks;
+    st->workers = ix->slots_used;
+    st->entries = ix->entries;
+  }
+  kvidx__unlock(KVIDX__MUT(ix));
+  return KVIDX_OK;
+}
+
+/* Invariant checker.  Recounts every worker's seqs against its holdings
+ * (held / device / multi bits and side counts: subtract, check zero, add
+ * back, so it allocates nothing), every holding against its run's holder
+ * list, every run against the child map and its parent, and the eviction
+ * order against the holdings. */
+#define KVIDX__CHK(c)                                                                                             \
+  do {                                                                                                           \
+    if (!(c)) return -__LINE__;                                                                                  \
+  } while (0)
+
+/* sign -1: take every seq out of its holding's bits/counts; +1: put it back. */
+KVIDX__PRIV int kvidx__check_seqs(kvidx *ix, uint32_t s, int sign) {
+  const kvidx__slot *sl = &ix->slots[s];
+  const kvidx__mtab *t = kvidx__ld(&KVIDX__MUT(ix)->slots[s].seqs.tab);
+  uint64_t i, seen = 0;
+  for (i = 0; t && i <= t->mask; i++) {
+    KVIDX__A(uint64_t) *e = kvidx__map_at(&sl->seqs, KVIDX__CAST(uint32_t, i)), *h;
+    uint64_t pos = kvidx__ld(&e[1]), bit;
+    uint32_t r, off, tiers, at;
+    kvidx__run *rn;
+    if (!pos) continue;
+    seen++;
+    r = KVIDX__POS_RUN(pos);
+    off = KVIDX__POS_OFF(pos);
+    tiers = KVIDX__POS_TIERS(pos);
+    KVIDX__CHK(r < ix->runs_hw && (rn = kvidx__run_at(ix, r)) != NULL && off < KVIDX__LEN(kvidx__ld(&rn->shape)));
+    KVIDX__CHK(tiers && tiers < 8u && (ix->tiers_on || tiers == KVIDX__DEVBIT));
+    {
+      uint64_t seq = kvidx__ld(&e[0]);
+      KVIDX__CHK(kvidx__map_find(ix, &sl->seqs, &seq) == i);
+    }
+    KVIDX__CHK((at = kvidx__hold_find(ix, s, r)) != KVIDX__NONE);
+    h = kvidx__map_at(&ix->holds, at);
+    bit = KVIDX__CAST(uint64_t, 1) << off;
+    KVIDX__CHK(sign > 0 || (kvidx__ld(&h[KVIDX__H_HELD]) & bit)); /* putting back: toggled off */
+    if (kvidx__ld(&h[KVIDX__H_MULTI]) & bit) {
+      uint32_t m = kvidx__multi_find(ix, s, r, off);
+      KVIDX__A(uint64_t) *c;
+      KVIDX__CHK(m != KVIDX__NONE);
+      c = &kvidx__map_at(&ix->multi, m)[2];
+      kvidx__st(c, kvidx__ld(c) + KVIDX__CAST(uint64_t, KVIDX__CAST(int64_t, sign)) *
+                                      (1 + ((tiers & KVIDX__DEVBIT) ? KVIDX__CAST(uint64_t, 1) << 32 : 0)));
+    } else {
+      kvidx__st(&h[KVIDX__H_HELD], kvidx__ld(&h[KVIDX__H_HELD]) ^ bit); /* each single once */
+      if ((tiers & KVIDX__DEVBIT) && ix->tiers_on) kvidx__st(&h[ix->hdev], kvidx__ld(&h[ix->hdev]) ^ bit);
+    }
+  }
+  KVIDX__CHK(seen == sl->blocks && seen == sl->seqs.n);
+  return 0;
+}
+
+KVIDX__PRIV int kvidx__check_holdings(kvidx *ix, int after_sub) {
+  const kvidx__mtab *t = kvidx__ld(&ix->holds.tab);
+  uint64_t i;
+  for (i = 0; t && i <= t->mask; i++) {
+    KVIDX__A(uint64_t) *h = kvidx__map_at(&ix->holds, KVIDX__CAST(uint32_t, i));
+    uint64_t key = kvidx__ld(&h[0]), held = kvidx__ld(&h[KVIDX__H_HELD]), multi = kvidx__ld(&h[KVIDX__H_MULTI]);
+    uint64_t dev = kvidx__ld(&h[ix->hdev]);
+    uint32_t s, r, j;
+    kvidx__run *rn;
+    if (!key) continue;
+    s = KVIDX__CAST(uint32_t, (key >> 32) - 1);
+    r = KVIDX__CAST(uint32_t, key & 0xFFFFFFFFu);
+    if (after_sub) { /* every single seq toggled its bit off; multi counts at zero */
+      KVIDX__CHK((held & ~multi) == 0 && (dev & ~multi) == 0);
+      continue;
+    }
+    KVIDX__CHK(s < ix->max_workers && ix->slots[s].used && r < ix->runs_hw);
+    rn = kvidx__run_at(ix, r);
+    KVIDX__CHK(held && (multi & ~held) == 0 && (dev & ~held) == 0);
+    KVIDX__CHK(KVIDX__LEN(kvidx__ld(&rn->shape)) == 64 || (held >> KVIDX__LEN(kvidx__ld(&rn->shape))) == 0);
+    j = KVIDX__CAST(uint32_t, kvidx__ld(&h[KVIDX__H_INDEX]));
+    KVIDX__CHK(j < kvidx__ld(&rn->nhold));
+    KVIDX__CHK(kvidx__ld(kvidx__holder(ix, rn, j)) == ((KVIDX__CAST(uint64_t, kvidx__cutoff(held)) << 32) | s));
+    KVIDX__CHK(ix->hw < 2 || kvidx__ld(kvidx__holder(ix, rn, j) + 1) == dev);
+    KVIDX__CHK(ix->tiers_on || dev == held);
+  }
+  return 0;
+}
+
+KVIDX__PRIV int kvidx__check_multi(kvidx *ix) { /* after the subtraction every count is zero */
+  const kvidx__mtab *t = kvidx__ld(&ix->multi.tab);
+  uint64_t i;
+  for (i = 0; t && i <= t->mask; i++) {
+    KVIDX__A(uint64_t) *e = kvidx__map_at(&ix->multi, KVIDX__CAST(uint32_t, i));
+    if (kvidx__ld(&e[0])) KVIDX__CHK(kvidx__ld(&e[2]) == 0);
+  }
+  return 0;
+}
+
+KVIDX__PRIV int kvidx__check_runs(kvidx *ix) {
+  uint32_t r, q, live = 0, freed = 0;
+  size_t entries = 0, holders = 0;
+  for (r = 0; r < ix->runs_hw; r++) {
+    kvidx__run *rn = kvidx__run_at(ix, r);
+    uint32_t shape = kvidx__ld(&rn->shape), len = KVIDX__LEN(shape), parent = kvidx__ld(&rn->parent), j;
+    KVIDX__CHK((kvidx__ld(&rn->ver) & 1) == 0);
+    if (!len) continue;
+    live++;
+    entries += len;
+    KVIDX__CHK(len <= KVIDX__RUN_MAX && len <= (1u << KVIDX__LCLS(shape)));
+    KVIDX__CHK(kvidx__child_find(ix, parent, KVIDX__POFF(shape), kvidx__local_at(ix, rn, 0)) == r);
+    if (parent != KVIDX__NONE) {
+      kvidx__run *pn;
+      KVIDX__CHK(parent < ix->runs_hw);
+      pn = kvidx__run_at(ix, parent);
+      KVIDX__CHK(KVIDX__POFF(shape) < KVIDX__LEN(kvidx__ld(&pn->shape)));
+    } else {
+      KVIDX__CHK(KVIDX__POFF(shape) == 0);
+    }
+    KVIDX__CHK(kvidx__ld(&rn->nhold) || rn->kids); /* nobody holds it and nothing hangs below: freed */
+    KVIDX__CHK(kvidx__ld(&rn->nhold) == 0 || (KVIDX__HCLS(shape) != KVIDX__NOCLASS &&
+                                               kvidx__ld(&rn->nhold) * ix->hw <= (1u << KVIDX__HCLS(shape))));
+    for (j = 0; j < kvidx__ld(&rn->nhold); j++) { /* each entry has its holding */
+      uint32_t s = KVIDX__CAST(uint32_t, kvidx__ld(kvidx__holder(ix, rn, j)) & 0xFFFFFFFFu), at;
+      KVIDX__CHK(s < ix->max_workers && (at = kvidx__hold_find(ix, s, r)) != KVIDX__NONE);
+      KVIDX__CHK(kvidx__ld(&kvidx__map_at(&ix->holds, at)[KVIDX__H_INDEX]) == j);
+    }
+    holders += kvidx__ld(&rn->nhold);
+  }
+  for (r = ix->run_free; r != KVIDX__NONE; r = kvidx__run_at(ix, r)->next_free) {
+    KVIDX__CHK(r < ix->runs_hw && ++freed <= ix->runs_hw && KVIDX__LEN(kvidx__ld(&kvidx__run_at(ix, r)->shape)) == 0);
+  }
+  KVIDX__CHK(live == ix->runs_live && live + freed == ix->runs_hw && entries == ix->entries);
+  /* kids: take each live run off its parent's count, check zero, put back */
+  for (q = 0; q < 2; q++) {
+    for (r = 0; r < ix->runs_hw; r++) {
+      kvidx__run *rn = kvidx__run_at(ix, r);
+      uint32_t parent = kvidx__ld(&rn->parent);
+      if (KVIDX__LEN(kvidx__ld(&rn->shape)) && parent != KVIDX__NONE)
+        kvidx__run_at(ix, parent)->kids += q ? 1u : ~0u;
+    }
+    for (r = 0; r < ix->runs_hw && !q; r++)
+      if (KVIDX__LEN(kvidx__ld(&kvidx__run_at(ix, r)->shape)) && kvidx__run_at(ix, r)->kids) freed = KVIDX__NONE;
+  }
+  KVIDX__CHK(freed != KVIDX__NONE);
+  KVIDX__CHK(holders == ix->holds.n && ix->children.n == live);
+  return 0;
+}
+
+KVIDX_DEF int kvidx__check(const kvidx *cix) {
+  kvidx *ix = KVIDX__MUT(cix);
+  uint32_t s, i;
+  size_t total = 0, used = 0;
+  int rc;
+  if (!ix) return -__LINE__;
+  if (ix->kind == KVIDX_REFERENCE) return kvidx__ref_check(ix);
+  for (s = 0; s < ix->max_workers; s++) {
+    const kvidx__slot *sl = &ix->slots[s];
+    if (!sl->used) continue;
+    used++;
+    KVIDX__CHK(sl->blocks > 0 && kvidx__slot_find(ix, kvidx__ld(&sl->id), kvidx__ld(&sl->rank)) == s);
+    KVIDX__CHK(s / 64 < kvidx__ld(&ix->nw_live) && kvidx__ld(&sl->gen) <= kvidx__ld(&ix->gen));
+    total += sl->blocks;
+  }
+  KVIDX__CHK(used == ix->slots_used && total == ix->blocks && ix->slot_map.n == used);
+  if ((rc = kvidx__check_holdings(ix, 0)) != 0 || (rc = kvidx__check_runs(ix)) != 0) return rc;
+  for (s = 0; s < ix->max_workers; s++)
+    if (ix->slots[s].used && (rc = kvidx__check_seqs(ix, s, -1)) != 0) return rc;
+  rc = kvidx__check_holdings(ix, 1);
+  if (!rc) rc = kvidx__check_multi(ix);
+  for (s = 0; s < ix->max_workers; s++)
+    if (ix->slots[s].used) kvidx__check_seqs(ix, s, 1);
+  if (rc) return rc;
+  if (ix->evict) { /* heap order; each holding has exactly one current element */
+    size_t cur = 0;
+    for (i = 0; i < ix->heap_n; i++) {
+      KVIDX__CHK(ix->heap[i].slot < ix->max_workers);
+      KVIDX__CHK(!i || !kvidx__victim_less(&ix->heap[i], &ix->heap[(i - 1) / 2]));
+      cur += kvidx__victim_entry(ix, &ix->heap[i]) != NULL;
+    }
+    KVIDX__CHK(cur == ix->blocks);
+  }
+  {
+    uint32_t used_ev = 0;
+    for (i = 0; i <= ix->evtab_mask; i++)
+      if (ix->evtab[i].used) {
+        used_ev++;
+        KVIDX__CHK(kvidx__ev_find(ix, ix->evtab[i].id, ix->evtab[i].rank) == &ix->evtab[i]);
+      }
+    KVIDX__CHK(used_ev == ix->evtab_n);
+  }
+  return 0;
+}
+
+KVIDX_DEF const char *kvidx_strerror(int status) {
+  switch (status) {
+  case KVIDX_OK: return "ok";
+  case KVIDX_EINVAL: return "invalid argument";
+  case KVIDX_ENOMEM: return "out of memory (allocation hook failed); nothing changed";
+  case KVIDX_EFULL: return "capacity reached (max_blocks, max_workers or max_entries); nothing changed";
+  case KVIDX_ENOPARENT: return "parent block not held by this worker; nothing changed";
+  case KVIDX_ENOENT: return "some removed blocks were not held (the known ones were removed)";
+  case KVIDX_ENOTSUP: return "not supported by this index kind or mode";
+  case KVIDX_EAGAIN: return "a concurrent write stayed in progress too long; the answer may be short, ask again";
+  case KVIDX_ECORRUPT: return "snapshot is corrupt (bad magic, record or checksum); target left empty";
+  case KVIDX_EVERSION: return "snapshot format version not supported; target left empty";
+  case KVIDX_ETRUNCATED: return "snapshot ended early; target left empty";
+  case KVIDX_EIO: return "a caller callback reported an error";
+  case KVIDX_GAP: return "applied; event ids were skipped (ask the engine for a replay)";
+  case KVIDX_RESTARTED: return "event id went backwards: the worker's old blocks were dropped, then the event applied";
+  case KVIDX_DUPLICATE: return "event id already seen: ignored";
+  default: return "unknown status";
+  }
+}
+
+#define KVIDX__STR2(x) #x
+#define KVIDX__STR(x) KVIDX__STR2(x)
+KVIDX_DEF const char *kvidx_version(void) {
+  return KVIDX__STR(KVIDX_VERSION_MAJOR) "." KVIDX__STR(KVIDX_VERSION_MINOR) "." KVIDX__STR(KVIDX_VERSION_PATCH);
+}
+
+/* ========================================================================== */
+/* 9. Dump and snapshots                                                        */
+/* ========================================================================== */
+/* Growable scratch (through the hooks): an entry -> seq map and id stacks. */
+typedef struct {
+  uint64_t *key, *val; /* key = entry id + 1, 0 = empty */
+  size_t cap, n;
+} kvidx__dmap;
+
+KVIDX__PRIV int kvidx__dmap_grow(kvidx *ix, kvidx__dmap *m) {
+  kvidx__dmap nm;
+  size_t i;
+  nm.cap = m->cap ? 2 * m->cap : 64;
+  nm.n = m->n;
+  nm.key = KVIDX__CAST(uint64_t *, kvidx__alloc(ix, nm.cap * 16));
+  if (!nm.key) return KVIDX_ENOMEM;
+  nm.val = nm.key + nm.cap;
+  memset(nm.key, 0, nm.cap * 8);
+  for (i = 0; i < m->cap; i++)
+    if (m->key[i]) {
+      size_t j = kvidx__mix(m->key[i]) & (nm.cap - 1);
+      while (nm.key[j]) j = (j + 1) & (nm.cap - 1);
+      nm.key[j] = m->key[i];
+      nm.val[j] = m->val[i];
+    }
+  if (m->key) kvidx__free(ix, m->key, m->cap * 16);
+  *m = nm;
+  return KVIDX_OK;
+}
+KVIDX__PRIV uint64_t *kvidx__dmap_get(const kvidx__dmap *m, uint64_t entry) {
+  size_t j;
+  if (!m->cap) return NULL;
+  for (j = kvidx__mix(entry + 1ull) & (m->cap - 1); m->key[j]; j = (j + 1) & (m->cap - 1))
+    if (m->key[j] == entry + 1ull) return &m->val[j];
+  return NULL;
+}
+KVIDX__PRIV int kvidx__dmap_put(kvidx *ix, kvidx__dmap *m, uint64_t entry, uint64_t seq) {
+  size_t j;
+  if ((m->n + 1) * 2 > m->cap && kvidx__dmap_grow(ix, m) != KVIDX_OK) return KVIDX_ENOMEM;
+  for (j = kvidx__mix(entry + 1ull) & (m->cap - 1); m->key[j]; j = (j + 1) & (m->cap - 1)) {}
+  m->key[j] = entry + 1ull;
+  m->val[j] = seq;
+  m->n++;
+  return KVIDX_OK;
+}
+
+typedef struct {
+  uint64_t *v;
+  size_t n, cap;
+} kvidx__vec;
+KVIDX__PRIV int kvidx__vec_push(kvidx *ix, kvidx__vec *v, uint64_t x) {
+  if (v->n == v->cap) {
+    size_t nc = v->cap ? 2 * v->cap : 32;
+    uint64_t *nv = KVIDX__CAST(uint64_t *, kvidx__alloc(ix, nc * 8));
+    if (!nv) return KVIDX_ENOMEM;
+    if (v->v) {
+      memcpy(nv, v->v, v->n * 8);
+      kvidx__free(ix, v->v, v->cap * 8);
+    }
+    v->v = nv;
+    v->cap = nc;
+  }
+  v->v[v->n++] = x;
+  return KVIDX_OK;
+}
+
+
+typedef struct {
+  kvidx *ix;
+  kvidx_event_fn emit;
+  void *ctx;
+  uint32_t slot;
+  uint64_t next_id;
+  kvidx__dmap map;  /* position -> a seq of this worker at that position */
+  kvidx__vec recs;  /* (depth << 32 | seq table place), sorted: parents first */
+  kvidx__vec stack; /* ancestors to invent, deepest first                  */
+  kvidx__vec fake;  /* invented seqs, removed at the end                   */
+} kvidx__dumper;
+
+/* A position as one number: run << 8 | offset. */
+#define KVIDX__PLACE(r, off) (KVIDX__CAST(uint64_t, r) << 8 | (off))
+
+KVIDX__PRIV uint64_t kvidx__place_parent(const kvidx *ix, uint64_t pl) { /* KVIDX__NONE: the root */
+  uint32_t r = KVIDX__CAST(uint32_t, pl >> 8), off = KVIDX__CAST(uint32_t, pl & 0xFFu);
+  kvidx__run *rn = kvidx__run_at(ix, r);
+  if (off) return pl - 1;
+  if (kvidx__ld(&rn->parent) == KVIDX__NONE) return KVIDX__NONE;
+  return KVIDX__PLACE(kvidx__ld(&rn->parent), KVIDX__POFF(kvidx__ld(&rn->shape)));
+}
+
+KVIDX__PRIV uint64_t kvidx__place_depth(const kvidx *ix, uint64_t pl) {
+  uint32_t r = KVIDX__CAST(uint32_t, pl >> 8);
+  uint64_t d = pl & 0xFFu;
+  for (;;) {
+    kvidx__run *rn = kvidx__run_at(ix, r);
+    if (kvidx__ld(&rn->parent) == KVIDX__NONE) return d;
+    d += KVIDX__POFF(kvidx__ld(&rn->shape)) + 1u;
+    r = kvidx__ld(&rn->parent);
+  }
+}
+
+KVIDX__PRIV int kvidx__dump_store(kvidx__dumper *d, uint64_t pl, uint64_t seq, int tier, uint64_t expires) {
+  kvidx *ix = d->ix;
+  uint64_t par = kvidx__place_parent(ix, pl), pseq = 0, *pp = par == KVIDX__NONE ? NULL : kvidx__dmap_get(&d->map, par);
+  kvidx_block b;
+  kvidx_event ev;
+  if (pp) pseq = *pp;
+  b.local = kvidx__local_at(ix, kvidx__run_at(ix, KVIDX__CAST(uint32_t, pl >> 8)), KVIDX__CAST(uint32_t, pl & 0xFFu));
+  b.seq = seq;
+  memset(&ev, 0, sizeof ev);
+  ev.event_id = d->next_id++;
+  ev.worker_id = kvidx__ld(&ix->slots[d->slot].id);
+  ev.dp_rank = kvidx__ld(&ix->slots[d->slot].rank);
+  ev.type = KVIDX_EV_STORED;
+  ev.tier = tier;
+  ev.parent = pp ? &pseq : NULL;
+  ev.blocks = &b;
+  ev.n = 1;
+  ev.expires_at = expires;
+  return d->emit(d->ctx, &ev) ? KVIDX_EIO : KVIDX_OK;
+}
+
+/* Invent a seq for a stand-in ancestor: not one the worker holds, not one
+ * invented before. */
+KVIDX__PRIV uint64_t kvidx__dump_fake_seq(kvidx__dumper *d, uint64_t pl) {
+  uint64_t c = kvidx__mix(pl ^ 0x6b76696478667331ull);
+  for (;;) {
+    size_t i;
+    int clash = kvidx__map_find(d->ix, &d->ix->slots[d->slot].seqs, &c) != KVIDX__NONE;
+    for (i = 0; i < d->fake.n && !clash; i++) clash = d->fake.v[i] == c;
+    if (!clash) return c;
+    c = kvidx__mix(c + 1);
+  }
+}
+
+KVIDX__PRIV int kvidx__dump_worker(kvidx__dumper *d) {
+  kvidx *ix = d->ix;
+  const kvidx__map *seqs = &ix->slots[d->slot].seqs;
+  const kvidx__mtab *t = kvidx__ld(&ix->slots[d->slot].seqs.tab);
+  uint64_t i;
+  int rc;
+  d->map.n = 0;
+  if (d->map.key) memset(d->map.key, 0, d->map.cap * 8);
+  d->recs.n = d->stack.n = d->fake.n = 0;
+  d->next_id = 1;
+  for (i = 0; t && i <= t->mask; i++) {
+    uint64_t pos = kvidx__ld(&kvidx__map_at(seqs, KVIDX__CAST(uint32_t, i))[1]);
+    if (pos && (rc = kvidx__vec_push(ix, &d->recs, kvidx__place_depth(ix, KVIDX__PLACE(KVIDX__POS_RUN(pos), KVIDX__POS_OFF(pos))) << 32 | i)) != KVIDX_OK)
+      return rc;
+  }
+  if (d->recs.n > 1) qsort(d->recs.v, d->recs.n, 8, kvidx__cmp_u64);
+  for (i = 0; i < d->recs.n; i++) {
+    KVIDX__A(uint64_t) *e = kvidx__map_at(seqs, KVIDX__CAST(uint32_t, d->recs.v[i] & 0xFFFFFFFFu));
+    uint64_t seq = kvidx__ld(&e[0]), pos = kvidx__ld(&e[1]), pl = KVIDX__PLACE(KVIDX__POS_RUN(pos), KVIDX__POS_OFF(pos));
+    uint64_t a = kvidx__place_parent(ix, pl), expires = 0;
+    uint32_t tb;
+    /* a hole: the worker lacks the parent; invent the missing ancestors */
+    while (a != KVIDX__NONE && !kvidx__dmap_get(&d->map, a)) {
+      if ((rc = kvidx__vec_push(ix, &d->stack, a)) != KVIDX_OK) return rc;
+      a = kvidx__place_parent(ix, a);
+    }
+    while (d->stack.n) {
+      uint64_t anc = d->stack.v[--d->stack.n], fs = kvidx__dump_fake_seq(d, anc);
+      if ((rc = kvidx__vec_push(ix, &d->fake, fs)) != KVIDX_OK ||
+          (rc = kvidx__dump_store(d, anc, fs, KVIDX_TIER_DEVICE, 0)) != KVIDX_OK ||
+          (rc = kvidx__dmap_put(ix, &d->map, anc, fs)) != KVIDX_OK)
+        return rc;
+    }
+    if (ix->evict == KVIDX_EVICT_EXPIRY && kvidx__ld(&e[2]) != ~KVIDX__CAST(uint64_t, 0)) expires = kvidx__ld(&e[2]);
+    for (tb = 0; tb <= KVIDX_TIER_DISK; tb++)
+      if ((KVIDX__POS_TIERS(pos) >> tb) & 1 && (rc = kvidx__dump_store(d, pl, seq, KVIDX__CAST(int, tb), expires)) != KVIDX_OK)
+        return rc;
+    if (!kvidx__dmap_get(&d->map, pl) && (rc = kvidx__dmap_put(ix, &d->map, pl, seq)) != KVIDX_OK) return rc;
+  }
+  if (d->fake.n) { /* the stand-ins go again: the holes come back */
+    kvidx_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.event_id = d->next_id++;
+    ev.worker_id = kvidx__ld(&ix->slots[d->slot].id);
+    ev.dp_rank = kvidx__ld(&ix->slots[d->slot].rank);
+    ev.type = KVIDX_EV_REMOVED;
+    ev.tier = KVIDX_TIER_ALL;
+    ev.seqs = d->fake.v;
+    ev.n = d->fake.n;
+    if (d->emit(d->ctx, &ev)) return KVIDX_EIO;
+  }
+  return KVIDX_OK;
+}
+
+/* The caller holds the writer lock (writers wait; readers go on). */
+KVIDX__PRIV int kvidx__dump_locked(kvidx *ix, kvidx_event_fn emit, void *ctx) {
+  kvidx__dumper d;
+  int rc = KVIDX_OK;
+  if (ix->kind == KVIDX_REFERENCE || ix->buffer_mode) return KVIDX_ENOTSUP;
+  memset(&d, 0, sizeof d);
+  d.ix = ix;
+  d.emit = emit;
+  d.ctx = ctx;
+  for (d.slot = 0; d.slot < ix->max_workers && rc == KVIDX_OK; d.slot++)
+    if (ix->slots[d.slot].used) rc = kvidx__dump_worker(&d);
+  if (d.map.key) kvidx__free(ix, d.map.key, d.map.cap * 16);
+  if (d.recs.v) kvidx__free(ix, d.recs.v, d.recs.cap * 8);
+  if (d.stack.v) kvidx__free(ix, d.stack.v, d.stack.cap * 8);
+  if (d.fake.v) kvidx__free(ix, d.fake.v, d.fake.cap * 8);
+  return rc;
+}
+
+KVIDX_DEF int kvidx_dump(const kvidx *cix, kvidx_event_fn emit, void *ctx) {
+  kvidx *ix = KVIDX__MUT(cix);
+  int rc;
+  if (!ix || !emit) return KVIDX_EINVAL;
+  kvidx__lock(ix);
+  rc = kvidx__dump_locked(ix, emit, ctx);
+  kvidx__unlock(ix);
+  return rc;
+}
+
+/* ---- binary snapshot --------------------------------------------------------
+ * header (24 bytes): "KVIDXSNP", u32 version = 1, u32 record size = 48,
+ *                    u64 reserved = 0
+ * records (48 bytes each, little endian):
+ *   u8 type, u8 tier, u8 has_parent, u8 0, u32 dp_rank, u64 worker_id,
+ *   u64 a, u64 b, u64 c, u64 d
+ *   type 1 Stored block: a parent seq, b local, c seq, d expires_at
+ *   type 2 Removed:      a seq (tier 255 = every copy)
+ *   type 3 event id:     a last event id
+ *   type 255 end:        a number of records before it, d XXH3-64 (seed 0)
+ *                        of every byte before d
+ * Unknown types, flags or a short read fail the whole read. */
+#define KVIDX__SNAP_VERSION 1u
+#define KVIDX__SNAP_REC 48
+
+typedef struct {
+  kvidx_write_fn write;
+  void *ctx;
+  XXH3_state_t st;
+  uint64_t count;
+  int failed;
+} kvidx__snapw;
+
+KVIDX__PRIV void kvidx__put64(unsigned char *p, uint64_t v) { kvidx__le64(p, v); }
+KVIDX__PRIV uint32_t kvidx__get32(const unsigned char *p) {
+  return KVIDX__CAST(uint32_t, p[0]) | KVIDX__CAST(uint32_t, p[1]) << 8 | KVIDX__CAST(uint32_t, p[2]) << 16 |
+         KVIDX__CAST(uint32_t, p[3]) << 24;
+}
+KVIDX__PRIV uint64_t kvidx__get64(const unsigned char *p) {
+  uint64_t v = 0;
+  int i;
+  for (i = 7; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+
+KVIDX__PRIV int kvidx__snap_out(kvidx__snapw *w, const unsigned char *buf, size_t len) {
+  if (w->failed) return KVIDX_EIO;
+  XXH3_64bits_update(&w->st, buf, len);
+  if (w->write(w->ctx, buf, len)) w->failed = 1;
+  return w->failed ? KVIDX_EIO : KVIDX_OK;
+}
+
+KVIDX__PRIV void kvidx__snap_rec(unsigned char *r, int type, int tier, int has_parent, uint32_t rank, uint64_t worker,
+                                 uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
+  memset(r, 0, KVIDX__SNAP_REC);
+  r[0] = KVIDX__CAST(unsigned char, type);
+  r[1] = KVIDX__CAST(unsigned char, tier);
+  r[2] = KVIDX__CAST(unsigned char, has_parent);
+  r[4] = KVIDX__CAST(unsigned char, rank);
+  r[5] = KVIDX__CAST(unsigned char, rank >> 8);
+  r[6] = KVIDX__CAST(unsigned char, rank >> 16);
+  r[7] = KVIDX__CAST(unsigned char, rank >> 24);
+  kvidx__put64(r + 8, worker);
+  kvidx__put64(r + 16, a);
+  kvidx__put64(r + 24, b);
+  kvidx__put64(r + 32, c);
+  kvidx__put64(r + 40, d);
+}
+
+KVIDX__PRIV int kvidx__snap_emit(void *ctx, const kvidx_event *ev) {
+  kvidx__snapw *w = KVIDX__CAST(kvidx__snapw *, ctx);
+  unsigned char r[KVIDX__SNAP_REC];
+  size_t i;
+  for (i = 0; i < ev->n; i++) {
+    if (ev->type == KVIDX_EV_STORED)
+      kvidx__snap_rec(r, 1, ev->tier, ev->parent != NULL, ev->dp_rank, ev->worker_id, ev->parent ? *ev->parent : 0,
+                      ev->blocks[i].local, ev->blocks[i].seq, ev->expires_at);
+    else
+      kvidx__snap_rec(r, 2, KVIDX_TIER_ALL, 0, ev->dp_rank, ev->worker_id, ev->seqs[i], 0, 0, 0);
+    if (kvidx__snap_out(w, r, KVIDX__SNAP_REC) != KVIDX_OK) return 1;
+    w->count++;
+  }
+  return 0;
+}
+
+KVIDX_DEF int kvidx_snapshot_write(const kvidx *cix, kvidx_write_fn write, void *ctx) {
+  kvidx *ix = KVIDX__MUT(cix);
+  kvidx__snapw w;
+  unsigned char h[24], r[KVIDX__SNAP_REC];
+  uint32_t i;
+  int rc;
+  if (!ix || !write) return KVIDX_EINVAL;
+  memset(&w, 0, sizeof w);
+  w.write = write;
+  w.ctx = ctx;
+  XXH3_INITSTATE(&w.st);
+  XXH3_64bits_reset(&w.st);
+  memset(h, 0, sizeof h);
+  memcpy(h, "KVIDXSNP", 8);
+  h[8] = KVIDX__SNAP_VERSION;
+  h[12] = KVIDX__SNAP_REC;
+  if ((rc = kvidx__snap_out(&w, h, sizeof h)) != KVIDX_OK) return rc;
+  /* holdings and event ids from one moment: writers wait for the whole
+   * write (buffer in memory and flush afterwards if your sink is slow) */
+  kvidx__lock(ix);
+  rc = kvidx__dump_locked(ix, kvidx__snap_emit, &w);
+  for (i = 0; rc == KVIDX_OK && i <= ix->evtab_mask; i++) /* each worker's last event id */
+    if (ix->evtab[i].used) {
+      kvidx__snap_rec(r, 3, 0, 0, ix->evtab[i].rank, ix->evtab[i].id, ix->evtab[i].last, 0, 0, 0);
+      rc = kvidx__snap_out(&w, r, KVIDX__SNAP_REC);
+      w.count++;
+    }
+  kvidx__unlock(ix);
+  if (rc != KVIDX_OK) return w.failed ? KVIDX_EIO : rc;
+  kvidx__snap_rec(r, 255, 0, 0, 0, 0, w.count, 0, 0, 0);
+  XXH3_64bits_update(&w.st, r, 40);
+  kvidx__put64(r + 40, XXH3_64bits_digest(&w.st));
+  if (w.write(w.ctx, r, KVIDX__SNAP_REC)) return KVIDX_EIO;
+  return KVIDX_OK;
+}
+
+/* Empty the index (every worker, every event id): a failed read's cleanup. */
+KVIDX__PRIV void kvidx__empty(kvidx *ix) {
+  uint32_t i;
+  for (i = 0; i < ix->max_workers; i++) {
+    if (ix->kind == KVIDX_REFERENCE) {
+      if (ix->ref->w[i].live) kvidx__ref_clear_worker(ix, &ix->ref->w[i]);
+    } else if (ix->slots[i].used) {
+      kvidx__lock(ix);
+      kvidx__clear_slot(ix, i);
+      kvidx__unlock(ix);
+    }
+  }
+  memset(ix->evtab, 0, sizeof(kvidx__evid) * (ix->evtab_mask + 1));
+  ix->evtab_n = 0;
+}
+
+/* Streams may return less than asked (pipes, sockets): read until len bytes
+ * or the end of the stream (a 0 return). */
+KVIDX__PRIV size_t kvidx__read_full(kvidx_read_fn read, void *ctx, unsigned char *buf, size_t len) {
+  size_t got = 0;
+  while (got < len) {
+    size_t k = read(ctx, buf + got, len - got);
+    if (k == 0 || k > len - got) break;
+    got += k;
+  }
+  return got;
+}
+
+KVIDX__PRIV int kvidx__snap_read_all(kvidx *ix, kvidx_read_fn read, void *ctx) {
+  unsigned char h[24], r[KVIDX__SNAP_REC];
+  XXH3_state_t st;
+  uint64_t count = 0;
+  XXH3_INITSTATE(&st);
+  XXH3_64bits_reset(&st);
+  if (kvidx__read_full(read, ctx, h, sizeof h) != sizeof h) return KVIDX_ETRUNCATED;
+  if (memcmp(h, "KVIDXSNP", 8)) return KVIDX_ECORRUPT;
+  if (kvidx__get64(h + 8) != (KVIDX__SNAP_VERSION | (KVIDX__CAST(uint64_t, KVIDX__SNAP_REC) << 32)))
+    return kvidx__get32(h + 8) != KVIDX__SNAP_VERSION
+               ? KVIDX_EVERSION
+               : KVIDX_ECORRUPT;
+  if (kvidx__get64(h + 16)) return KVIDX_ECORRUPT;
+  XXH3_64bits_update(&st, h, sizeof h);
+  for (;;) {
+    uint32_t rank;
+    uint64_t worker, a, b, c, d;
+    int rc;
+    if (kvidx__read_full(read, ctx, r, sizeof r) != sizeof r) return KVIDX_ETRUNCATED;
+    rank = kvidx__get32(r + 4);
+    worker = kvidx__get64(r + 8);
+    a = kvidx__get64(r + 16);
+    b = kvidx__get64(r + 24);
+    c = kvidx__get64(r + 32);
+    d = kvidx__get64(r + 40);
+    if (r[0] == 255) {
+      XXH3_64bits_update(&st, r, 40);
+      if (a != count || d != XXH3_64bits_digest(&st) || r[1] || r[2] || r[3] || rank || worker || b || c)
+        return KVIDX_ECORRUPT;
+      return KVIDX_OK;
+    }
+    XXH3_64bits_update(&st, r, sizeof r);
+    count++;
+    if (r[3]) return KVIDX_ECORRUPT;
+    if (r[0] == 1) {
+      kvidx_block blk;
+      if (r[1] > KVIDX_TIER_DISK || r[2] > 1 || (!r[2] && a) || (d && ix->evict != KVIDX_EVICT_EXPIRY))
+        return KVIDX_ECORRUPT;
+      blk.local = b;
+      blk.seq = c;
+      rc = kvidx__store(ix, worker, rank, r[2] ? &a : NULL, &blk, 1, r[1], d);
+      if (rc == KVIDX_ENOPARENT) return KVIDX_ECORRUPT; /* parents come first in a sound snapshot */
+      if (rc != KVIDX_OK) return rc;
+    } else if (r[0] == 2) {
+      if (r[1] != KVIDX_TIER_ALL || r[2] || b || c || d) return KVIDX_ECORRUPT;
+      if (kvidx__remove(ix, worker, rank, &a, 1, KVIDX_TIER_ALL) != KVIDX_OK) return KVIDX_ECORRUPT;
+    } else if (r[0] == 3) {
+      kvidx__evid *e;
+      if (r[1] || r[2] || b || c || d || kvidx__ev_find(ix, worker, rank)) return KVIDX_ECORRUPT;
+      kvidx__lock(ix);
+      e = kvidx__ev_put(ix, worker, rank);
+      e->last = a;
+      kvidx__unlock(ix);
+    } else {
+      return KVIDX_ECORRUPT;
+    }
+  }
+}
+
+KVIDX_DEF int kvidx_snapshot_read(kvidx *ix, kvidx_read_fn read, void *ctx) {
+  kvidx_stats st;
+  int rc;
+  if (!ix || !read) return KVIDX_EINVAL;
+  kvidx_get_stats(ix, &st);
+  if (st.blocks || ix->evtab_n) return KVIDX_EINVAL; /* the target must be empty */
+  rc = kvidx__snap_read_all(ix, read, ctx);
+  if (rc != KVIDX_OK) kvidx__empty(ix);
+  return rc;
+}
+/* ========================================================================== */
+/* 10. Reference semantics: the naive nested map that defines every answer    */
 /* ========================================================================== */
 /* worker -> (seq -> block{local, chain}) and worker -> (chain -> count).
  * Written for obviousness, not speed: linear worker search, linear-probing
  * maps with tombstones, find_matches in O(workers x depth).  Heap mode only.
  * Shares nothing with the indexes but the allocation hooks and the sink. */
-typedef struct {
-  uint64_t key, a, b; /* blocks: a = local, b = chain; chains: a = count, b = on device */
-  uint64_t k1, k2;    /* blocks: eviction keys                                       */
-  uint32_t tiers;     /* blocks: tier bits                                           */
-  unsigned char state; /* 0 empty, 1 full, 2 deleted */
-} kvidx__rslot;
-
-typedef struct {
-  kvidx__rslot *t;
-  size_t cap, len, used; /* used = full + deleted */
-} kvidx__rmap;
-
-typedef struct {
-  uint64_t id;
-  uint32_t rank;
-  int live;
-  kvidx__rmap blocks; /* seq -> (local, chain) */
-  kvidx__rmap chains; /* chain -> count        */
-} kvidx__rworker;
-
-struct kvidx__ref {
-  kvidx__rworker *w;
-  size_t nworkers, blocks;
-};
 
 KVIDX__PRIV kvidx__rslot *kvidx__rmap_get(const kvidx__rmap *m, uint64_t key) {
   size_t i;
@@ -1323,2005 +3536,41 @@ KVIDX__PRIV size_t kvidx__ref_find(const kvidx *ix, const uint64_t *loc, size_t 
   return kvidx__sink_finish(k);
 }
 
-/* ========================================================================== */
-/* 4. Index entries (shared by the radix tree and the positional index)      */
-/* ========================================================================== */
-/* Entries live in grow-only chunks: chunk 0 holds ids [0, cap0), chunk k >= 1
- * holds [cap0 (2^k - 1), cap0 (2^(k+1) - 1)).  Chunks are never moved or
- * freed before destroy, so an id a reader picked up, once bounds-checked,
- * always points at an entry (possibly reused: the seqlock and the stored key
- * hash tell).  Both kinds find entries through one chained hash table:
- *   radix:      key (parent entry, local)          - a tree, walked by edge
- *   positional: key (position, local), chain checked - one probe per position */
 
-KVIDX__PRIV kvidx__ent *kvidx__ent_rd(const kvidx *ix, uint32_t id) { /* reader: checked */
-  unsigned char *c;
-  size_t off;
-  unsigned k;
-  if (id < ix->cap0) {
-    c = kvidx__ld_acq(&KVIDX__MUT(ix)->chunks[0]);
-    off = id;
-  } else {
-    uint32_t t = (id >> ix->shift0) + 1;
-#if defined(__GNUC__) || defined(__clang__)
-    k = 31u - KVIDX__CAST(unsigned, __builtin_clz(t));
-#else
-    k = 0;
-    while (t >> (k + 1)) k++;
-#endif
-    if (k == 0 || k >= KVIDX__CHUNKS) return NULL; /* a speculative id out of range */
-    c = kvidx__ld_acq(&KVIDX__MUT(ix)->chunks[k]);
-    off = id - (((KVIDX__CAST(size_t, 1) << k) - 1) << ix->shift0);
+
+KVIDX__PRIV size_t kvidx__ref_blocks(const kvidx *ix, uint64_t id, uint32_t rank) {
+  const kvidx__rworker *w = kvidx__ref_worker(ix, id, rank);
+  return w ? w->blocks.len : 0;
+}
+
+KVIDX__PRIV void kvidx__ref_stats(const kvidx *ix, kvidx_stats *st) {
+  st->blocks = ix->ref->blocks;
+  st->workers = ix->ref->nworkers;
+}
+
+KVIDX__PRIV int kvidx__ref_check(const kvidx *ix) {
+  size_t nb = 0, nwk = 0, i;
+  for (i = 0; i < ix->max_workers; i++) {
+    const kvidx__rworker *wk = &ix->ref->w[i];
+    if (!wk->live) continue;
+    KVIDX__CHK(wk->blocks.len > 0);
+    nb += wk->blocks.len;
+    nwk++;
   }
-  if (!c) return NULL;
-  return KVIDX__RCAST(kvidx__ent *, c + off * ix->stride);
-}
-
-/* Writer side: ids it holds are always in range. */
-KVIDX__PRIV kvidx__ent *kvidx__ent_at(const kvidx *ix, uint32_t id) {
-  size_t off = id;
-  unsigned k = 0;
-  if (id >= ix->cap0) {
-    uint32_t t = (id >> ix->shift0) + 1;
-#if defined(__GNUC__) || defined(__clang__)
-    k = 31u - KVIDX__CAST(unsigned, __builtin_clz(t));
-#else
-    while (t >> (k + 1)) k++;
-#endif
-    off = id - (((KVIDX__CAST(size_t, 1) << k) - 1) << ix->shift0);
-  }
-  return KVIDX__RCAST(kvidx__ent *, kvidx__ld(&KVIDX__MUT(ix)->chunks[k]) + off * ix->stride);
-}
-
-KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__ent_bits(kvidx__ent *e) {
-  return KVIDX__RCAST(KVIDX__A(uint64_t) *, KVIDX__RCAST(unsigned char *, e) + sizeof(kvidx__ent));
-}
-/* the second bitset: workers holding the entry on the device tier */
-KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__ent_dev(const kvidx *ix, kvidx__ent *e) {
-  return kvidx__ent_bits(e) + ix->nw;
-}
-
-KVIDX__PRIV uint32_t kvidx__key_hash(int kind, uint32_t pos, uint32_t parent, uint64_t local) {
-  uint64_t k = kind == KVIDX_RADIX ? parent : pos;
-  return KVIDX__CAST(uint32_t, kvidx__mix(local ^ (k * 0x9E3779B97F4A7C15ULL) ^ (k << 17)) >> 16);
-}
-
-KVIDX__PRIV size_t kvidx__tab_bytes(uint32_t nb) {
-  return sizeof(kvidx__tab) + sizeof(KVIDX__A(uint32_t)) * nb;
-}
-
-/* Writer side: make room for `extra` more entries; nothing changes on
- * failure.  Growing the bucket array rehashes under tab_ver (see 6.). */
-KVIDX__PRIV int kvidx__ent_reserve(kvidx *ix, size_t extra) {
-  size_t need = ix->ent_count + extra;
-  kvidx__tab *t = kvidx__ld(&ix->tab);
-  if (need > ix->max_entries) need = ix->max_entries;
-  while (ix->ent_cap < need) { /* add the next chunk */
-    unsigned k = 0;
-    size_t len;
-    unsigned char *c;
-    while (k < KVIDX__CHUNKS && kvidx__ld(&ix->chunks[k])) k++;
-    if (k == KVIDX__CHUNKS || ix->buffer_mode) return KVIDX_EFULL;
-    len = k == 0 ? ix->cap0 : (KVIDX__CAST(size_t, ix->cap0) << k);
-    c = KVIDX__CAST(unsigned char *, kvidx__alloc(ix, len * ix->stride));
-    if (!c) return KVIDX_ENOMEM;
-    memset(c, 0, len * ix->stride);
-    kvidx__st_rel(&ix->chunks[k], c);
-    ix->ent_cap += KVIDX__CAST(uint32_t, len);
-  }
-  if (need > KVIDX__CAST(size_t, t->mask) + 1 && !ix->buffer_mode) {
-    uint32_t nb = kvidx__pow2(2 * need), i;
-    kvidx__tab *nt = KVIDX__CAST(kvidx__tab *, kvidx__alloc(ix, kvidx__tab_bytes(nb)));
-    if (!nt) return KVIDX_ENOMEM;
-    nt->mask = nb - 1;
-    nt->bytes = kvidx__tab_bytes(nb);
-    nt->older = t;
-    for (i = 0; i < nb; i++) kvidx__st(&KVIDX__HEADS(nt)[i], 0u);
-    /* readers that miss while tab_ver is odd or changed retry (6.) */
-    kvidx__st(&ix->tab_ver, kvidx__ld(&ix->tab_ver) + 1);
-    kvidx__fence_rel();
-    for (i = 0; i <= t->mask; i++) {
-      uint32_t id = kvidx__ld(&KVIDX__HEADS(t)[i]);
-      while (id) {
-        kvidx__ent *e = kvidx__ent_at(ix, id - 1);
-        uint32_t nx = kvidx__ld(&e->next), b = kvidx__ld(&e->hash) & nt->mask;
-        kvidx__st(&e->next, kvidx__ld(&KVIDX__HEADS(nt)[b]));
-        kvidx__st(&KVIDX__HEADS(nt)[b], id);
-        id = nx;
-      }
-      if (i == t->mask / 2) KVIDX_TEST_HOOK(ix, 5); /* half the chains relinked */
-    }
-    kvidx__st_rel(&ix->tab, nt);
-    kvidx__st_rel(&ix->tab_ver, kvidx__ld(&ix->tab_ver) + 1);
-  }
-  return KVIDX_OK;
-}
-
-/* Seqlock write side for one entry (Boehm): odd, release fence, relaxed
- * stores, even with release. */
-KVIDX__PRIV void kvidx__ent_wbegin(kvidx__ent *e) {
-  kvidx__st(&e->ver, kvidx__ld(&e->ver) + 1);
-  kvidx__fence_rel();
-}
-KVIDX__PRIV void kvidx__ent_wend(kvidx__ent *e) { kvidx__st_rel(&e->ver, kvidx__ld(&e->ver) + 1); }
-
-KVIDX__PRIV void kvidx__ent_setbit(kvidx *ix, uint32_t id, uint32_t s, int on, int dev) {
-  kvidx__ent *e = kvidx__ent_at(ix, id);
-  KVIDX__A(uint64_t) *w = &(dev ? kvidx__ent_dev(ix, e) : kvidx__ent_bits(e))[s >> 6];
-  uint64_t bit = KVIDX__CAST(uint64_t, 1) << (s & 63), v = kvidx__ld(w);
-  kvidx__ent_wbegin(e);
-  KVIDX_TEST_HOOK(ix, 1);
-  kvidx__st(w, on ? (v | bit) : (v & ~bit));
-  KVIDX_TEST_HOOK(ix, 2);
-  kvidx__ent_wend(e);
-}
-
-/* Writer-side exact lookup (no concurrent writer exists, plain reads). */
-KVIDX__PRIV uint32_t kvidx__ent_lookup_w(const kvidx *ix, uint32_t h, uint32_t pos, uint32_t parent,
-                                          uint64_t local, uint64_t chain) {
-  kvidx__tab *t = kvidx__ld(&KVIDX__MUT(ix)->tab);
-  uint32_t id = kvidx__ld(&KVIDX__HEADS(t)[h & t->mask]);
-  while (id) {
-    kvidx__ent *e = kvidx__ent_at(ix, id - 1);
-    if (kvidx__ld(&e->local) == local && kvidx__ld(&e->hash) == h &&
-        (ix->kind == KVIDX_RADIX ? kvidx__ld(&e->parent) == parent
-                                 : kvidx__ld(&e->pos) == pos && kvidx__ld(&e->chain) == chain))
-      return id - 1;
-    id = kvidx__ld(&e->next);
-  }
-  return KVIDX__NONE;
-}
-
-/* Entry for the child of `parent` (KVIDX__NONE = root) with this local hash:
- * found or created (room was reserved).  KVIDX__NONE if max_entries is hit. */
-KVIDX__PRIV uint32_t kvidx__ent_get(kvidx *ix, uint32_t parent, uint64_t local, int *created) {
-  uint32_t pos = 0, h, id;
-  uint64_t chain = local;
-  kvidx__ent *e;
-  kvidx__tab *t;
-  if (parent != KVIDX__NONE) {
-    kvidx__ent *p = kvidx__ent_at(ix, parent);
-    pos = kvidx__ld(&p->pos) + 1;
-    chain = kvidx_seq_hash_next(kvidx__ld(&p->chain), local);
-  }
-  h = kvidx__key_hash(ix->kind, pos, parent, local);
-  id = kvidx__ent_lookup_w(ix, h, pos, parent, local, chain);
-  *created = id == KVIDX__NONE;
-  if (id != KVIDX__NONE) return id;
-  if (ix->ent_count >= ix->max_entries) return KVIDX__NONE;
-  if (ix->ent_free != KVIDX__NONE) {
-    id = ix->ent_free;
-    ix->ent_free = kvidx__ent_at(ix, id)->fnext;
-  } else {
-    id = ix->ent_hw++;
-  }
-  e = kvidx__ent_at(ix, id);
-  t = kvidx__ld(&ix->tab);
-  kvidx__ent_wbegin(e); /* a reader may still be looking at the old key */
-  kvidx__st(&e->hash, h);
-  kvidx__st(&e->pos, pos);
-  KVIDX_TEST_HOOK(ix, 3); /* half re-keyed */
-  kvidx__st(&e->local, local);
-  kvidx__st(&e->chain, chain);
-  kvidx__st(&e->parent, parent);
-  kvidx__st(&e->next, kvidx__ld(&KVIDX__HEADS(t)[h & t->mask]));
-  e->refs = e->kids = 0;
-  kvidx__ent_wend(e); /* bits are already zero: cleared before free */
-  kvidx__st_rel(&KVIDX__HEADS(t)[h & t->mask], id + 1);
-  KVIDX_TEST_HOOK(ix, 4); /* published, no worker yet */
-  if (parent != KVIDX__NONE) kvidx__ent_at(ix, parent)->kids++; /* ancestors live on (dumps need them) */
-  ix->ent_count++;
-  return id;
-}
-
-/* Free entries nobody references, then maybe the parent, upwards.  Both
- * kinds keep an entry while it has live children: the radix tree is keyed by
- * parent, and kvidx_dump rebuilds holes from a block's ancestors. */
-KVIDX__PRIV void kvidx__ent_maybe_free(kvidx *ix, uint32_t id) {
-  while (id != KVIDX__NONE) {
-    kvidx__ent *e = kvidx__ent_at(ix, id);
-    kvidx__tab *t = kvidx__ld(&ix->tab);
-    KVIDX__A(uint32_t) *pp;
-    uint32_t parent = kvidx__ld(&e->parent);
-    if (e->refs || e->kids) return;
-    pp = &KVIDX__HEADS(t)[kvidx__ld(&e->hash) & t->mask];
-    while (kvidx__ld(pp) != id + 1) pp = &kvidx__ent_at(ix, kvidx__ld(pp) - 1)->next;
-    /* unlink: e keeps its next, so a reader standing on e walks on */
-    kvidx__st_rel(pp, kvidx__ld(&e->next));
-    KVIDX_TEST_HOOK(ix, 6); /* unlinked, not yet free */
-    e->fnext = ix->ent_free;
-    ix->ent_free = id;
-    ix->ent_count--;
-    if (parent == KVIDX__NONE) return;
-    kvidx__ent_at(ix, parent)->kids--;
-    id = parent;
-  }
-}
-
-/* ---- worker <-> entry records: multiplicity, children, orphans ----------- */
-#define KVIDX__EREC(ix, id) (KVIDX__RCAST(kvidx__erec *, KVIDX__REC(&(ix)->E, id)))
-
-/* The record of (s, entry), created if missing; returns its id. */
-KVIDX__PRIV uint32_t kvidx__erec_get(kvidx *ix, uint32_t s, uint32_t entry, int fresh) {
-  uint32_t id;
-  /* fresh: the entry was just created, no worker can have a record yet */
-  if (!fresh && kvidx__pool_find(&ix->E, s, entry, &id)) return id;
-  id = kvidx__pool_add(&ix->E, s, entry);
-  kvidx__ent_at(ix, entry)->refs++;
-  return id;
-}
-
-KVIDX__PRIV void kvidx__erec_maybe_drop(kvidx *ix, uint32_t rid) {
-  kvidx__erec *r = KVIDX__RCAST(kvidx__erec *, KVIDX__REC(&ix->E, rid));
-  uint32_t entry = KVIDX__CAST(uint32_t, r->h.key);
-  if (r->mult || r->children) return;
-  kvidx__pool_del(&ix->E, rid);
-  kvidx__ent_at(ix, entry)->refs--;
-  kvidx__ent_maybe_free(ix, entry);
-}
-
-/* ---- eviction heap: srec ids, min-heap on (k1, k2) ------------------------ */
-#define KVIDX__SREC(ix, id) (KVIDX__RCAST(kvidx__srec *, KVIDX__REC(&(ix)->S, id)))
-
-KVIDX__PRIV int kvidx__heap_less(const kvidx *ix, uint32_t a, uint32_t b) {
-  const kvidx__srec *x = KVIDX__SREC(ix, a), *y = KVIDX__SREC(ix, b);
-  return x->k1 != y->k1 ? x->k1 < y->k1 : x->k2 < y->k2;
-}
-KVIDX__PRIV void kvidx__heap_set(kvidx *ix, uint32_t i, uint32_t rid) {
-  ix->heap[i] = rid;
-  KVIDX__SREC(ix, rid)->hpos = i;
-}
-KVIDX__PRIV void kvidx__heap_up(kvidx *ix, uint32_t i) {
-  uint32_t rid = ix->heap[i];
-  while (i && kvidx__heap_less(ix, rid, ix->heap[(i - 1) / 2])) {
-    kvidx__heap_set(ix, i, ix->heap[(i - 1) / 2]);
-    i = (i - 1) / 2;
-  }
-  kvidx__heap_set(ix, i, rid);
-}
-KVIDX__PRIV void kvidx__heap_down(kvidx *ix, uint32_t i) {
-  uint32_t rid = ix->heap[i];
-  for (;;) {
-    uint32_t c = 2 * i + 1;
-    if (c >= ix->heap_n) break;
-    if (c + 1 < ix->heap_n && kvidx__heap_less(ix, ix->heap[c + 1], ix->heap[c])) c++;
-    if (!kvidx__heap_less(ix, ix->heap[c], rid)) break;
-    kvidx__heap_set(ix, i, ix->heap[c]);
-    i = c;
-  }
-  kvidx__heap_set(ix, i, rid);
-}
-KVIDX__PRIV void kvidx__heap_fix(kvidx *ix, uint32_t rid) {
-  uint32_t i = KVIDX__SREC(ix, rid)->hpos;
-  kvidx__heap_up(ix, i);
-  kvidx__heap_down(ix, KVIDX__SREC(ix, rid)->hpos);
-}
-KVIDX__PRIV void kvidx__heap_del(kvidx *ix, uint32_t rid) {
-  uint32_t i = KVIDX__SREC(ix, rid)->hpos, last = ix->heap[--ix->heap_n];
-  if (last == rid) return;
-  kvidx__heap_set(ix, i, last);
-  kvidx__heap_fix(ix, last);
-}
-
-/* Device-tier multiplicity: the entry's device bit follows devmult > 0. */
-KVIDX__PRIV void kvidx__dev_add(kvidx *ix, uint32_t s, uint32_t e, kvidx__erec *er, int up) {
-  if (up) {
-    if (er->devmult++ == 0 && ix->tiers_on) kvidx__ent_setbit(ix, e, s, 1, 1);
-  } else if (--er->devmult == 0 && ix->tiers_on) {
-    kvidx__ent_setbit(ix, e, s, 0, 1);
-  }
-}
-
-/* Worker s takes block (seq) as entry e under parent entry p, on one tier,
- * with eviction keys k1/k2.  *prev is the record id of p when the caller has
- * it (a run's previous block; KVIDX__NONE if not), and returns the record id
- * of e, saving a lookup per block of a run. */
-KVIDX__PRIV void kvidx__hold(kvidx *ix, uint32_t s, uint64_t seq, uint32_t e, int fresh, uint32_t p,
-                             uint32_t *prev, int tier, uint64_t k1, uint64_t k2) {
-  kvidx__slot *sl = &ix->slots[s];
-  uint32_t rid = kvidx__pool_add(&ix->S, s, seq), eid;
-  kvidx__srec *r = KVIDX__SREC(ix, rid);
-  kvidx__erec *er;
-  r->entry = e;
-  r->parent = p;
-  r->tiers = 1u << tier;
-  r->lprev = KVIDX__NONE;
-  r->lnext = sl->list;
-  if (sl->list != KVIDX__NONE) KVIDX__SREC(ix, sl->list)->lprev = rid;
-  sl->list = rid;
-  sl->blocks++;
-  ix->blocks++;
-  if (ix->evict) {
-    r->k1 = k1;
-    r->k2 = k2;
-    ix->heap[ix->heap_n] = rid;
-    r->hpos = ix->heap_n++;
-    kvidx__heap_up(ix, r->hpos);
-  }
-  r->pr = KVIDX__NONE;
-  if (p != KVIDX__NONE) { /* p is held: no orphan */
-    r->pr = *prev != KVIDX__NONE ? *prev : kvidx__erec_get(ix, s, p, 0);
-    KVIDX__EREC(ix, r->pr)->children++;
-  }
-  r->er = eid = kvidx__erec_get(ix, s, e, fresh); /* records never move within a call: room was reserved */
-  er = KVIDX__EREC(ix, eid);
-  if (er->mult++ == 0) {
-    kvidx__ent_setbit(ix, e, s, 1, 0);
-    kvidx__orphans_add(ix, s, 0, er->children); /* whole again: unmark after the bit */
-  }
-  if (tier == KVIDX_TIER_DEVICE) kvidx__dev_add(ix, s, e, er, 1);
-  *prev = eid;
-}
-
-/* Worker s lets go of the block of seq record rid (every tier). */
-KVIDX__PRIV void kvidx__unhold(kvidx *ix, uint32_t s, uint32_t rid) {
-  kvidx__slot *sl = &ix->slots[s];
-  kvidx__srec *r = KVIDX__SREC(ix, rid);
-  uint32_t e = r->entry, p = r->parent, eid = r->er, pid = r->pr;
-  kvidx__erec *er = KVIDX__EREC(ix, eid);
-  if (r->tiers & (1u << KVIDX_TIER_DEVICE)) kvidx__dev_add(ix, s, e, er, 0);
-  if (ix->evict) kvidx__heap_del(ix, rid);
-  if (r->lprev != KVIDX__NONE) KVIDX__SREC(ix, r->lprev)->lnext = r->lnext;
-  else sl->list = r->lnext;
-  if (r->lnext != KVIDX__NONE) KVIDX__SREC(ix, r->lnext)->lprev = r->lprev;
-  kvidx__pool_del(&ix->S, rid);
-  sl->blocks--;
-  ix->blocks--;
-  if (--er->mult == 0) {
-    /* a hole under its children: mark the worker holed before the bit goes,
-     * so a concurrent jump search never skips over the hole */
-    kvidx__orphans_add(ix, s, er->children, 0);
-    kvidx__ent_setbit(ix, e, s, 0, 0);
-  }
-  if (p != KVIDX__NONE) {
-    kvidx__erec *pr = KVIDX__EREC(ix, pid);
-    pr->children--;
-    if (!pr->mult) kvidx__orphans_add(ix, s, 0, 1); /* it was an orphan itself */
-    /* drop e's record before p's: p may be e's radix parent */
-    kvidx__erec_maybe_drop(ix, eid);
-    kvidx__erec_maybe_drop(ix, pid);
-  } else {
-    kvidx__erec_maybe_drop(ix, eid);
-  }
-}
-
-/* A held block gains a tier. */
-KVIDX__PRIV void kvidx__add_tier(kvidx *ix, uint32_t s, kvidx__srec *r, int tier) {
-  if (r->tiers & (1u << tier)) return;
-  r->tiers |= 1u << tier;
-  if (tier == KVIDX_TIER_DEVICE) kvidx__dev_add(ix, s, r->entry, KVIDX__EREC(ix, r->er), 1);
-}
-
-/* A held block loses one tier's copy (or all); 0 if it had no such copy. */
-KVIDX__PRIV int kvidx__drop_tier(kvidx *ix, uint32_t s, uint32_t rid, int tier) {
-  kvidx__srec *r = KVIDX__SREC(ix, rid);
-  if (tier == KVIDX_TIER_ALL || r->tiers == (1u << tier)) {
-    if (tier != KVIDX_TIER_ALL && !(r->tiers & (1u << tier))) return 0;
-    kvidx__unhold(ix, s, rid);
-    return 1;
-  }
-  if (!(r->tiers & (1u << tier))) return 0;
-  r->tiers &= ~(1u << tier);
-  if (tier == KVIDX_TIER_DEVICE) kvidx__dev_add(ix, s, r->entry, KVIDX__EREC(ix, r->er), 0);
-  return 1;
-}
-
-/* ---- writer lock: events for different workers may come from different
- * threads; they serialize here (a test-and-test-and-set spinlock from C11
- * atomics: critical sections are short and never block). */
-KVIDX__PRIV void kvidx__lock(kvidx *ix) {
-#ifdef KVIDX_NO_THREADS
-  (void)ix;
-#else
-  while (kvidx__xchg_acq(&ix->wlock, 1))
-    while (kvidx__ld(&ix->wlock)) {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
-    }
-#endif
-}
-KVIDX__PRIV void kvidx__unlock(kvidx *ix) {
-#ifdef KVIDX_NO_THREADS
-  (void)ix;
-#else
-  kvidx__st_rel(&ix->wlock, 0);
-#endif
-}
-
-/* ---- events --------------------------------------------------------------- */
-/* Prune the eviction order's first holdings until at most `limit` remain,
- * never the protected record (a store's parent). */
-KVIDX__PRIV void kvidx__prune(kvidx *ix, size_t limit, uint32_t protect) {
-  if (protect != KVIDX__NONE) kvidx__heap_del(ix, protect); /* out of the order meanwhile */
-  while (ix->blocks > limit && ix->heap_n) {
-    uint32_t rid = ix->heap[0], s = KVIDX__SREC(ix, rid)->h.slot;
-    kvidx__unhold(ix, s, rid);
-    if (!ix->slots[s].blocks) kvidx__slot_release(ix, s);
-  }
-  if (protect != KVIDX__NONE) { /* back in, where its keys put it */
-    kvidx__srec *r = KVIDX__SREC(ix, protect);
-    ix->heap[ix->heap_n] = protect;
-    r->hpos = ix->heap_n++;
-    kvidx__heap_up(ix, r->hpos);
-  }
-}
-
-KVIDX__PRIV int kvidx__heap_reserve(kvidx *ix, size_t need) {
-  uint32_t *h;
-  size_t ncap;
-  if (!ix->evict || need <= ix->heap_cap) return KVIDX_OK;
-  if (ix->buffer_mode) return KVIDX_EFULL;
-  ncap = ix->heap_cap ? ix->heap_cap : 16;
-  while (ncap < need) ncap *= 2;
-  h = KVIDX__CAST(uint32_t *, kvidx__alloc(ix, ncap * sizeof(uint32_t)));
-  if (!h) return KVIDX_ENOMEM;
-  if (ix->heap) {
-    memcpy(h, ix->heap, ix->heap_n * sizeof(uint32_t));
-    kvidx__free(ix, ix->heap, ix->heap_cap * sizeof(uint32_t));
-  }
-  ix->heap = h;
-  ix->heap_cap = KVIDX__CAST(uint32_t, ncap);
-  return KVIDX_OK;
-}
-
-KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uint64_t *parent,
-                                const kvidx_block *b, size_t n, int tier, uint64_t expires) {
-  uint32_t s = kvidx__slot_find(ix, id, rank), pe = KVIDX__NONE, prid = KVIDX__NONE, added = 0;
-  uint32_t prev = KVIDX__NONE; /* the record of pe, once known */
-  uint64_t stamp = ++ix->stamp;
-  size_t i, lim = ix->max_blocks < n ? 0 : ix->max_blocks - n;
-  int rc;
-  if (parent) {
-    const kvidx__srec *pr =
-        s == KVIDX__NONE ? NULL : KVIDX__RCAST(const kvidx__srec *, kvidx__pool_find(&ix->S, s, *parent, &prid));
-    if (!pr) return KVIDX_ENOPARENT;
-    pe = pr->entry;
-  }
-  if (n == 0) return KVIDX_OK;
-  if (n > KVIDX__ID_LIMIT) return KVIDX_EFULL;
-  if (ix->evict) { /* every refusal comes before the prune: a refused store evicts nothing */
-    if (n + (parent != NULL) > ix->max_blocks) return KVIDX_EFULL; /* could never fit */
-    if (s == KVIDX__NONE && ix->slot_free == KVIDX__NONE) return KVIDX_EFULL; /* no worker slot */
-    if (ix->ent_count + n > ix->max_entries) return KVIDX_EFULL; /* worst case; pruning only frees */
-  }
-  /* reserve first: after this, only the semantic limits can refuse */
-  if ((rc = kvidx__pool_reserve(ix, &ix->S, n, ix->max_blocks)) != KVIDX_OK ||
-      /* a run needs at most n + 1 worker records: one per new block, plus
-       * one for its first parent; later parents are the run's own blocks */
-      (rc = kvidx__pool_reserve(ix, &ix->E, n + 1, 2 * ix->max_blocks)) != KVIDX_OK ||
-      (rc = kvidx__ent_reserve(ix, n)) != KVIDX_OK ||
-      (rc = kvidx__heap_reserve(ix, ix->S.count + n < ix->max_blocks ? ix->S.count + n : ix->max_blocks)) != KVIDX_OK)
-    return rc;
-  if (ix->evict && ix->blocks > lim) { /* make room: the store then fits */
-    kvidx__prune(ix, ix->evict_target < lim ? ix->evict_target : lim, prid);
-    s = kvidx__slot_find(ix, id, rank); /* the worker may have been emptied */
-  }
-  if (!ix->evict && ix->blocks + n > ix->max_blocks) { /* near the limit: count exactly, as the reference does */
-    size_t fresh = 0, j;
-    for (i = 0; i < n; i++) {
-      int seen = s != KVIDX__NONE && kvidx__pool_find(&ix->S, s, b[i].seq, NULL);
-      for (j = 0; j < i && !seen; j++) seen = b[j].seq == b[i].seq;
-      fresh += !seen;
-    }
-    if (ix->blocks + fresh > ix->max_blocks) return KVIDX_EFULL;
-  }
-  if (s == KVIDX__NONE && (s = kvidx__slot_alloc(ix, id, rank)) == KVIDX__NONE) return KVIDX_EFULL;
-  {
-    int saw_held = 0;
-    for (i = 0; i < n; i++) { /* pass 1: new blocks only; held ones are left as they are */
-      uint32_t e;
-      int fresh = 0;
-      uint64_t k1 = 0, k2 = 0;
-      const kvidx__srec *held = KVIDX__RCAST(const kvidx__srec *, kvidx__pool_find(&ix->S, s, b[i].seq, NULL));
-      if (held) { /* the run goes on from the held block */
-        pe = held->entry;
-        prev = held->er;
-        saw_held = 1;
-        continue;
-      }
-      if ((e = kvidx__ent_get(ix, pe, b[i].local, &fresh)) == KVIDX__NONE) {
-        /* max_entries: roll back; this call's records are the newest of the list */
-        while (added--) kvidx__unhold(ix, s, ix->slots[s].list);
-        if (!ix->slots[s].blocks) kvidx__slot_release(ix, s);
-        return KVIDX_EFULL;
-      }
-      if (ix->evict) kvidx__keys(ix->evict, stamp, &ix->seqno, i, expires, &k1, &k2);
-      kvidx__hold(ix, s, b[i].seq, e, fresh, pe, &prev, tier, k1, k2);
-      added++;
-      pe = e;
-    }
-    for (i = 0; saw_held && i < n; i++) { /* pass 2, once nothing can fail: a held block */
-      uint32_t rid;                     /* gains the tier and a later expiry */
-      kvidx__srec *r = KVIDX__RCAST(kvidx__srec *, kvidx__pool_find(&ix->S, s, b[i].seq, &rid));
-      kvidx__add_tier(ix, s, r, tier);
-      if (ix->evict == KVIDX_EVICT_EXPIRY && expires && expires > r->k1) {
-        r->k1 = expires;
-        kvidx__heap_fix(ix, rid);
-      }
-    }
-  }
-  return KVIDX_OK;
-}
-
-KVIDX__PRIV int kvidx__ix_remove(kvidx *ix, uint64_t id, uint32_t rank, const uint64_t *seq, size_t n, int tier) {
-  uint32_t s = kvidx__slot_find(ix, id, rank);
-  size_t i, unknown = 0;
-  for (i = 0; i < n; i++) {
-    uint32_t rid;
-    if (s != KVIDX__NONE && kvidx__pool_find(&ix->S, s, seq[i], &rid) && kvidx__drop_tier(ix, s, rid, tier)) continue;
-    unknown++;
-  }
-  if (s != KVIDX__NONE && !ix->slots[s].blocks) kvidx__slot_release(ix, s);
-  return unknown ? KVIDX_ENOENT : KVIDX_OK;
-}
-
-KVIDX__PRIV size_t kvidx__ix_expire(kvidx *ix, uint64_t now) {
-  size_t n = 0;
-  while (ix->heap_n && KVIDX__SREC(ix, ix->heap[0])->k1 <= now) {
-    uint32_t rid = ix->heap[0], s = KVIDX__SREC(ix, rid)->h.slot;
-    kvidx__unhold(ix, s, rid);
-    if (!ix->slots[s].blocks) kvidx__slot_release(ix, s);
-    n++;
-  }
-  return n;
-}
-
-KVIDX__PRIV void kvidx__ix_clear_slot(kvidx *ix, uint32_t s) {
-  while (ix->slots[s].list != KVIDX__NONE) kvidx__unhold(ix, s, ix->slots[s].list);
-  kvidx__slot_release(ix, s);
-}
-
-/* ========================================================================== */
-/* 5. Queries: radix walk and positional jump search                         */
-/* ========================================================================== */
-/* kvidx__probe: the one reader primitive.  Finds the entry for a key and
- * copies its bitset, as a consistent snapshot, into `bits`; 0 = no entry
- * (bits zeroed).  Lock-free: see the argument in section 6. */
-/* Retries: a writer preempted inside a critical section keeps an entry odd
- * for a whole time slice, so readers back off (pause, then yield) instead of
- * giving up early; KVIDX__MAX_TRIES (about a second of yields) bounds it. */
-#define KVIDX__MAX_TRIES (1u << 20)
-#define KVIDX__MAX_STEPS 4096
-
-KVIDX__PRIV void kvidx__backoff(uint32_t tries) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-  if ((tries & 63) == 0) KVIDX__YIELD();
-}
-
-typedef struct {
-  uint32_t max_tries; /* KVIDX__MAX_TRIES; 1 in the interleaving test      */
-  int gave_up;        /* a probe found no consistent snapshot              */
-  uint32_t nw;        /* bitset words in play for this query               */
-} kvidx__rctx;
-
-KVIDX__PRIV int kvidx__probe(const kvidx *cix, kvidx__rctx *rc, uint32_t pos, uint32_t parent, uint64_t local,
-                             uint64_t chain, uint64_t *bits, uint64_t *dev, uint32_t *id_out) {
-  kvidx *ix = KVIDX__MUT(cix); /* atomics are loaded, never stored */
-  uint32_t h = kvidx__key_hash(ix->kind, pos, parent, local), tries, i, nw = rc->nw;
-  int radix = ix->kind == KVIDX_RADIX;
-  for (tries = 0;; tries++) {
-    uint32_t tv, b, id, steps = 0;
-    kvidx__tab *t;
-    int again = 0;
-    if (tries == rc->max_tries) {
-      rc->gave_up = 1;
-      break;
-    }
-    if (tries) kvidx__backoff(tries);
-    tv = kvidx__ld_acq(&ix->tab_ver);
-    if (tv & 1) continue; /* the bucket array is being rebuilt */
-    t = kvidx__ld_acq(&ix->tab);
-    b = h & t->mask;
-    id = kvidx__ld_acq(&KVIDX__HEADS(t)[b]);
-    while (id && !again) {
-      kvidx__ent *e = kvidx__ent_rd(ix, id - 1);
-      uint32_t v1, v2, eh, nx;
-      int match;
-      if (!e || ++steps > KVIDX__MAX_STEPS) { again = 1; break; } /* bounds / cycles */
-      v1 = kvidx__ld_acq(&e->ver);
-      if (v1 & 1) { again = 1; break; }
-      eh = kvidx__ld(&e->hash);
-      nx = kvidx__ld(&e->next);
-      match = eh == h && kvidx__ld(&e->local) == local &&
-              (radix ? kvidx__ld(&e->parent) == parent
-                     : kvidx__ld(&e->pos) == pos && kvidx__ld(&e->chain) == chain);
-      if (match) {
-        KVIDX__A(uint64_t) *src = kvidx__ent_bits(e);
-        for (i = 0; i < nw; i++) bits[i] = kvidx__ld(&src[i]);
-        if (dev) /* without tiers every copy is a device copy */
-          for (src = ix->tiers_on ? kvidx__ent_dev(ix, e) : src, i = 0; i < nw; i++) dev[i] = kvidx__ld(&src[i]);
-      }
-      kvidx__fence_acq();
-      v2 = kvidx__ld(&e->ver);
-      if (v1 != v2 || (eh & t->mask) != b) { again = 1; break; } /* changed or moved */
-      if (match) {
-        if (id_out) *id_out = id - 1;
-        return 1;
-      }
-      id = nx;
-    }
-    if (again) continue;
-    kvidx__fence_acq();
-    if (kvidx__ld(&ix->tab_ver) == tv) break; /* a miss is only trusted if no rehash ran */
-  }
-  for (i = 0; i < nw; i++) bits[i] = 0;
-  if (dev)
-    for (i = 0; i < nw; i++) dev[i] = 0;
+  KVIDX__CHK(nb == ix->ref->blocks && nwk == ix->ref->nworkers);
   return 0;
 }
 
-/* Radix: walk edge by edge; no hashing on the read path. */
-KVIDX__PRIV void kvidx__radix_find(const kvidx *ix, kvidx__rctx *rc, const uint64_t *loc, size_t n,
-                                   kvidx__sink *k) {
-  uint64_t act[KVIDX__NW_MAX], b[KVIDX__NW_MAX], d[KVIDX__NW_MAX];
-  uint32_t nw = rc->nw, cur = KVIDX__NONE, i;
-  size_t pos;
-  for (pos = 0; pos < n; pos++) {
-    int any = 0;
-    if (!kvidx__probe(ix, rc, 0, cur, loc[pos], 0, b, NULL, &cur)) break;
-    for (i = 0; i < nw; i++) {
-      uint64_t nb = pos ? act[i] & b[i] : b[i];
-      d[i] = pos ? act[i] & ~nb : 0;
-      act[i] = nb;
-      any |= nb != 0;
-    }
-    if (pos) kvidx__emit(ix, k, d, pos);
-    if (!any) return;
-  }
-  if (pos) kvidx__emit(ix, k, act, pos);
-}
-
-/* Positional: jump search with binary-searched drain points.
- *
- * Why it is exact.  Let q_i be the query's chain hashes, computed
- * incrementally and only as far as the search reaches.  A probe at position
- * j answers "which workers hold an entry whose (position, local, CHAIN) is
- * (j, l_j, q_j)": the chain is always compared, even when the entry is the
- * only one at (j, l_j), so a worker that diverged earlier and shares a chunk
- * at j is never counted (trap 1, "lazy hashing").
- * A worker with no orphans (every block it holds has its parent chain held
- * too; the writer keeps this count exact per worker, see kvidx__hold and
- * kvidx__unhold) that holds q_j holds q_0..q_j: the parent chain of q_j is
- * q_{j-1}, held, and so on down to q_0.  For such workers "holds q_j" is
- * monotone in j, so one probe at the far end of a jump proves the whole
- * range, and a drain point can be found by bisection (so the jump may also
- * grow: it doubles after each jump that kept every worker).  A worker with a hole
- * (orphans > 0) breaks monotonicity (trap 2, Dynamo's strided check): while
- * any such worker is still active the search steps one position at a time,
- * which verifies every position for it.  Nothing else is skipped. */
-typedef struct {
-  const kvidx *ix;
-  kvidx__rctx *rc;
-  const uint64_t *loc;
-  size_t n, qn;
-  uint64_t q[2 * KVIDX_JUMP_MAX + 2]; /* ring: chains of the last positions */
-  kvidx__sink *k;
-} kvidx__pq;
-
-#define KVIDX__QRING (2 * KVIDX_JUMP_MAX + 2)
-
-KVIDX__PRIV void kvidx__pq_init(kvidx__pq *p, const kvidx *ix, kvidx__rctx *rc, const uint64_t *loc, size_t n,
-                                kvidx__sink *k) {
-  p->ix = ix;
-  p->rc = rc;
-  p->loc = loc;
-  p->n = n;
-  p->qn = 0;
-  p->k = k;
-}
-
-KVIDX__PRIV uint64_t kvidx__pq_chain(kvidx__pq *p, size_t j) {
-  while (p->qn <= j) {
-    size_t i = p->qn++;
-    p->q[i % KVIDX__QRING] = i ? kvidx_seq_hash_next(p->q[(i - 1) % KVIDX__QRING], p->loc[i]) : p->loc[0];
-  }
-  return p->q[j % KVIDX__QRING];
-}
-
-KVIDX__PRIV int kvidx__pq_probe(kvidx__pq *p, size_t j, uint64_t *bits) {
-  return kvidx__probe(p->ix, p->rc, KVIDX__CAST(uint32_t, j), 0, p->loc[j], kvidx__pq_chain(p, j), bits, NULL, NULL);
-}
-
-/* Every worker of d holds q_0..q_lo and not q_hi; none has holes. */
-KVIDX__PRIV void kvidx__pq_drain(kvidx__pq *p, size_t lo, size_t hi, uint64_t *d) {
-  uint64_t b[KVIDX__NW_MAX], in[KVIDX__NW_MAX];
-  uint32_t nw = p->rc->nw, i;
-  memset(in, 0, sizeof(uint64_t) * nw); /* quiets -Wmaybe-uninitialized at -O2 */
-  if (hi - lo <= 4) { /* short range: a linear scan is cheaper */
-    size_t j;
-    for (j = lo + 1; j < hi; j++) {
-      int any = 0;
-      kvidx__pq_probe(p, j, b);
-      for (i = 0; i < nw; i++) {
-        in[i] = d[i] & ~b[i]; /* dropped at j: score j */
-        d[i] &= b[i];
-        any |= d[i] != 0;
-      }
-      kvidx__emit(p->ix, p->k, in, j);
-      if (!any) return;
-    }
-    kvidx__emit(p->ix, p->k, d, hi);
-    return;
-  } else {
-    size_t mid = lo + (hi - lo) / 2;
-    int any_in = 0, any_out = 0;
-    kvidx__pq_probe(p, mid, b);
-    for (i = 0; i < nw; i++) {
-      in[i] = d[i] & b[i];
-      d[i] &= ~b[i];
-      any_in |= in[i] != 0;
-      any_out |= d[i] != 0;
-    }
-    if (any_out) kvidx__pq_drain(p, lo, mid, d); /* shallower first: sink order */
-    if (any_in) kvidx__pq_drain(p, mid, hi, in);
-  }
-}
-
-KVIDX__PRIV void kvidx__pos_find(const kvidx *ix, kvidx__rctx *rc, const uint64_t *loc, size_t n,
-                                 kvidx__sink *k) {
-  kvidx__pq p;
-  uint64_t act[KVIDX__NW_MAX], b[KVIDX__NW_MAX], d[KVIDX__NW_MAX];
-  uint32_t nw = rc->nw, i;
-  size_t cur = 0, jump = ix->jump;
-  kvidx__pq_init(&p, ix, rc, loc, n, k);
-  if (!n || !kvidx__pq_probe(&p, 0, act) || !kvidx__bs_any(act, nw)) return;
-  while (cur + 1 < n) {
-    size_t nxt = cur + jump < n - 1 ? cur + jump : n - 1;
-    int same = 1, any = 0;
-    for (i = 0; i < nw && nxt > cur + 1; i++)
-      if (act[i] & kvidx__ld(&KVIDX__MUT(ix)->holed[i])) nxt = cur + 1; /* a hole: step */
-    kvidx__pq_probe(&p, nxt, b);
-    for (i = 0; i < nw; i++) {
-      b[i] &= act[i];
-      d[i] = act[i] & ~b[i];
-      same &= d[i] == 0;
-      any |= b[i] != 0;
-    }
-    if (!same) kvidx__pq_drain(&p, cur, nxt, d);
-    memcpy(act, b, nw * sizeof(uint64_t));
-    cur = nxt;
-    if (!any) return;
-    /* gallop: a jump that kept every worker doubles the next one (long
-     * shared prefixes cost log probes); one that lost a worker resets it */
-    jump = same ? (2 * jump < KVIDX_JUMP_MAX ? 2 * jump : KVIDX_JUMP_MAX) : ix->jump;
-  }
-  kvidx__emit(ix, k, act, cur + 1);
-}
-
-/* Tiered query, both kinds: walk every position, count device hits. */
-KVIDX__PRIV void kvidx__tier_find(const kvidx *ix, kvidx__rctx *rc, const uint64_t *loc, size_t n, kvidx__sink *k) {
-  kvidx__pq p;
-  uint64_t act[KVIDX__NW_MAX], b[KVIDX__NW_MAX], dv[KVIDX__NW_MAX], d[KVIDX__NW_MAX];
-  uint32_t cnt[KVIDX_WORKERS_MAX], nw = rc->nw, i, cur = KVIDX__NONE;
-  size_t pos;
-  int radix = ix->kind == KVIDX_RADIX;
-  kvidx__pq_init(&p, ix, rc, loc, n, k);
-  for (pos = 0; pos < n; pos++) {
-    int any = 0, found =
-        radix ? kvidx__probe(ix, rc, 0, cur, loc[pos], 0, b, dv, &cur)
-              : kvidx__probe(ix, rc, KVIDX__CAST(uint32_t, pos), 0, loc[pos], kvidx__pq_chain(&p, pos), b, dv, NULL);
-    if (!found) break;
-    for (i = 0; i < nw; i++) {
-      uint64_t nb = pos ? act[i] & b[i] : b[i], w;
-      d[i] = pos ? act[i] & ~nb : 0;
-      act[i] = nb;
-      any |= nb != 0;
-      for (w = nb; w; w &= w - 1) { /* count device hits of the survivors */
-        uint32_t sl = i * 64 + kvidx__ctz64(w);
-        uint32_t hit = KVIDX__CAST(uint32_t, (dv[i] >> (sl & 63)) & 1);
-        cnt[sl] = pos ? cnt[sl] + hit : hit;
-      }
-    }
-    if (pos) kvidx__emit_cnt(ix, k, d, pos, cnt);
-    if (!any) return;
-  }
-  if (pos) kvidx__emit_cnt(ix, k, act, pos, cnt);
-}
-
-/* ========================================================================== */
-/* 6. Concurrency: the contract and why the reader path is safe              */
-/* ========================================================================== */
-/* Contract.
- *  - kvidx_find_matches, _ex and _tiered may run on any number of threads at
- *    any time, beside the writers below, for KVIDX_RADIX and
- *    KVIDX_POSITIONAL: lock-free, no lock, no shared writes, never blocking a
- *    writer.  kvidx_worker_blocks, kvidx_get_stats and kvidx_last_event_id
- *    may also be called at any time: they read writer state under the
- *    writer lock (briefly).  kvidx_dump and kvidx_snapshot_write hold the
- *    writer lock while they run (readers go on, writers wait).
- *  - kvidx_store / _ttl / remove / clear / remove_worker / apply / expire:
- *    events of one worker from
- *    one thread at a time (sticky routing), in order; events of different
- *    workers may come from different threads at once.  Writers serialize on
- *    one short internal spinlock (the shared entry table and pools are one
- *    structure); find_matches never touches it.
- *  - create / init_buffer / destroy / snapshot_read / kvidx__check: no other
- *    call at the same time.  KVIDX_REFERENCE and KVIDX_NO_THREADS builds: one thread.
- * What a reader sees.  Each probed entry is a consistent snapshot (its
- * seqlock version was even and unchanged around the copy), so bitsets are
- * never torn.  A worker whose blocks did not change during the query gets its
- * exact score: its entries keep its bit throughout, entries it holds cannot be
- * freed, and a miss is only believed if the bucket array was not rebuilt
- * meanwhile (tab_ver).  A worker that changed may be seen before, after, or
- * part way through the change.
- * Why no read goes astray.  Readers follow only 32-bit entry ids.  Each id is
- * bounds-checked against the chunk table (kvidx__ent_at returns NULL past it);
- * chunks are never freed or moved before destroy, and entries are type-stable
- * (a freed entry is only ever reused as an entry), so any id in range names
- * valid atomic words.  Chain walks are bounded (KVIDX__MAX_STEPS) because
- * speculative next links can form cycles, and validated: an entry whose
- * version changed, or whose stored key hash no longer belongs to the bucket
- * (it was freed and reused elsewhere), restarts the probe.  Retired bucket
- * arrays are kept until destroy (they total less than the live one), so a
- * reader holding an old array reads valid memory.  Retries are bounded
- * (KVIDX__MAX_TRIES); a probe that exhausts them (a writer rebuilding forever)
- * reports a miss, i.e. a lower score, never a wrong worker or a crash. */
-
-/* ========================================================================== */
-/* 7. Public API: lifecycle, events, stats, invariant checker                */
-/* ========================================================================== */
-typedef struct {
-  uint32_t max_workers, nw, jump, stride, slot_map_n, evtab_n;
-  size_t max_blocks, max_entries, fixed, total, srec_size;
-} kvidx__plan;
-
-KVIDX__PRIV int kvidx__plan_cfg(const kvidx_config *cfg, int buffer, kvidx__plan *pl) {
-  if (!cfg || cfg->kind < KVIDX_RADIX || cfg->kind > KVIDX_REFERENCE || (cfg->flags & ~KVIDX_F_TIERS))
-    return KVIDX_EINVAL;
-  if ((cfg->alloc == NULL) != (cfg->free == NULL)) return KVIDX_EINVAL;
-  pl->max_workers = cfg->max_workers ? cfg->max_workers
-                                     : (KVIDX__DEFAULT_WORKERS < KVIDX_WORKERS_MAX ? KVIDX__DEFAULT_WORKERS
-                                                                                   : KVIDX_WORKERS_MAX);
-  if (pl->max_workers > KVIDX_WORKERS_MAX) return KVIDX_EINVAL;
-  pl->jump = cfg->jump ? cfg->jump : KVIDX__DEFAULT_JUMP;
-  if (pl->jump > KVIDX_JUMP_MAX) return KVIDX_EINVAL;
-  pl->nw = (pl->max_workers + 63) / 64;
-  /* the any-tier bitset, and the device bitset when tiers are tracked */
-  pl->stride = KVIDX__CAST(uint32_t, sizeof(kvidx__ent) + ((cfg->flags & KVIDX_F_TIERS) ? 16 : 8) * pl->nw);
-  pl->slot_map_n = kvidx__pow2(2 * KVIDX__CAST(uint64_t, pl->max_workers));
-  pl->max_blocks = cfg->max_blocks ? cfg->max_blocks
-                                   : buffer ? KVIDX_BUFFER_DEFAULT_BLOCKS : KVIDX__ID_LIMIT / 2;
-  if (pl->max_blocks > KVIDX__ID_LIMIT / 2) return KVIDX_EINVAL;
-  pl->max_entries = cfg->max_entries ? cfg->max_entries : buffer ? pl->max_blocks : KVIDX__ID_LIMIT;
-  if (pl->max_entries > KVIDX__ID_LIMIT) return KVIDX_EINVAL;
-  if (cfg->evict < KVIDX_EVICT_NONE || cfg->evict > KVIDX_EVICT_EXPIRY || cfg->evict_target_pct > 100 ||
-      (cfg->evict && !cfg->max_blocks))
-    return KVIDX_EINVAL;
-  pl->srec_size = cfg->evict ? sizeof(kvidx__srec) : KVIDX__SREC_SMALL;
-  pl->evtab_n = kvidx__pow2(2 * KVIDX__CAST(uint64_t, pl->max_workers));
-  pl->fixed = kvidx__align(sizeof(kvidx)) + kvidx__align(sizeof(kvidx__slot) * pl->max_workers) +
-              kvidx__align(sizeof(uint32_t) * pl->slot_map_n) + kvidx__align(8 * pl->nw) +
-              kvidx__align(sizeof(kvidx__evid) * pl->evtab_n);
-  pl->total = pl->fixed;
-  if (buffer) {
-    if (cfg->kind == KVIDX_REFERENCE) return KVIDX_ENOTSUP;
-    pl->total += kvidx__pool_bytes(pl->srec_size, KVIDX__CAST(uint32_t, pl->max_blocks)) +
-                 (cfg->evict ? kvidx__align(sizeof(uint32_t) * pl->max_blocks) : 0) +
-                 kvidx__pool_bytes(sizeof(kvidx__erec), KVIDX__CAST(uint32_t, 2 * pl->max_blocks)) +
-                 kvidx__align(pl->max_entries * pl->stride) +
-                 kvidx__align(kvidx__tab_bytes(kvidx__pow2(pl->max_entries))) + 64;
-  }
-  return KVIDX_OK;
-}
-
-/* Lay out the fixed part (and in buffer mode everything) from mem. */
-KVIDX__PRIV kvidx *kvidx__setup(const kvidx_config *cfg, const kvidx__plan *pl, unsigned char *mem, int buffer) {
-  kvidx *ix = KVIDX__RCAST(kvidx *, mem);
-  uint32_t i;
-  memset(mem, 0, pl->fixed);
-  ix->kind = cfg->kind;
-  ix->buffer_mode = buffer;
-  ix->alloc = cfg->alloc;
-  ix->free = cfg->free;
-  ix->actx = cfg->alloc_ctx;
-  ix->max_workers = pl->max_workers;
-  ix->nw = pl->nw;
-  ix->jump = pl->jump;
-  ix->stride = pl->stride;
-  ix->max_blocks = pl->max_blocks;
-  ix->max_entries = pl->max_entries;
-  mem += kvidx__align(sizeof(kvidx));
-  ix->slots = KVIDX__RCAST(kvidx__slot *, mem);
-  mem += kvidx__align(sizeof(kvidx__slot) * pl->max_workers);
-  ix->slot_map = KVIDX__RCAST(uint32_t *, mem);
-  ix->slot_map_mask = pl->slot_map_n - 1;
-  mem += kvidx__align(sizeof(uint32_t) * pl->slot_map_n);
-  ix->holed = KVIDX__RCAST(KVIDX__A(uint64_t) *, mem);
-  mem += kvidx__align(8 * pl->nw);
-  ix->evtab = KVIDX__RCAST(kvidx__evid *, mem);
-  ix->evtab_mask = pl->evtab_n - 1;
-  mem += kvidx__align(sizeof(kvidx__evid) * pl->evtab_n);
-  ix->evict = cfg->evict;
-  ix->tiers_on = (cfg->flags & KVIDX_F_TIERS) != 0;
-  ix->evict_target = pl->max_blocks * (cfg->evict_target_pct ? cfg->evict_target_pct : 80) / 100;
-  for (i = 0; i < pl->max_workers; i++) {
-    ix->slots[i].free_next = i + 1 < pl->max_workers ? i + 1 : KVIDX__NONE;
-    ix->slots[i].list = KVIDX__NONE;
-  }
-  ix->slot_free = 0;
-  ix->ent_free = KVIDX__NONE;
-  ix->S.rec_size = pl->srec_size;
-  ix->E.rec_size = sizeof(kvidx__erec);
-  ix->S.free_head = ix->E.free_head = KVIDX__NONE;
-  ix->cap0 = 1024;
-  ix->shift0 = 10;
-  if (buffer) {
-    uint32_t nb = kvidx__pow2(pl->max_entries);
-    kvidx__tab *t;
-    kvidx__pool_place(&ix->S, mem, pl->srec_size, KVIDX__CAST(uint32_t, pl->max_blocks));
-    mem += kvidx__pool_bytes(pl->srec_size, KVIDX__CAST(uint32_t, pl->max_blocks));
-    if (cfg->evict) {
-      ix->heap = KVIDX__RCAST(uint32_t *, mem);
-      ix->heap_cap = KVIDX__CAST(uint32_t, pl->max_blocks);
-      mem += kvidx__align(sizeof(uint32_t) * pl->max_blocks);
-    }
-    kvidx__pool_place(&ix->E, mem, sizeof(kvidx__erec), KVIDX__CAST(uint32_t, 2 * pl->max_blocks));
-    mem += kvidx__pool_bytes(sizeof(kvidx__erec), KVIDX__CAST(uint32_t, 2 * pl->max_blocks));
-    memset(mem, 0, pl->max_entries * pl->stride);
-    kvidx__st(&ix->chunks[0], mem);
-    ix->cap0 = ix->ent_cap = KVIDX__CAST(uint32_t, pl->max_entries);
-    ix->shift0 = 31; /* no further chunks: every id >= cap0 is out of range */
-    mem += kvidx__align(pl->max_entries * pl->stride);
-    t = KVIDX__RCAST(kvidx__tab *, mem);
-    t->mask = nb - 1;
-    t->older = NULL;
-    for (i = 0; i < nb; i++) kvidx__st(&KVIDX__HEADS(t)[i], 0u);
-    kvidx__st(&ix->tab, t);
-  }
-  return ix;
-}
-
-KVIDX_DEF size_t kvidx_buffer_size(const kvidx_config *cfg) {
-  kvidx__plan pl;
-  return kvidx__plan_cfg(cfg, 1, &pl) == KVIDX_OK ? pl.total + 64 : 0;
-}
-
-KVIDX_DEF int kvidx_init_buffer(kvidx **out, const kvidx_config *cfg, void *mem, size_t len) {
-  kvidx__plan pl;
-  unsigned char *m;
-  size_t adj;
-  int rc;
-  if (!out || !mem) return KVIDX_EINVAL;
-  *out = NULL;
-  if ((rc = kvidx__plan_cfg(cfg, 1, &pl)) != KVIDX_OK) return rc;
-  adj = (64 - (KVIDX__CAST(size_t, KVIDX__RCAST(uintptr_t, mem)) & 63)) & 63;
-  if (len < pl.total + 64) return KVIDX_EINVAL;
-  m = KVIDX__CAST(unsigned char *, mem) + adj;
-  *out = kvidx__setup(cfg, &pl, m, 1);
-  (*out)->bytes = (*out)->peak = (*out)->buf_len = len;
-  return KVIDX_OK;
-}
-
-KVIDX_DEF int kvidx_create(kvidx **out, const kvidx_config *cfg) {
-  kvidx__plan pl;
-  unsigned char *m;
-  kvidx *ix;
-  int rc;
-  if (!out) return KVIDX_EINVAL;
-  *out = NULL;
-  if ((rc = kvidx__plan_cfg(cfg, 0, &pl)) != KVIDX_OK) return rc;
-#ifdef KVIDX_NO_MALLOC
-  if (!cfg->alloc) return KVIDX_EINVAL;
-#endif
-  m = KVIDX__CAST(unsigned char *, kvidx__raw_alloc(cfg->alloc, cfg->alloc_ctx, pl.fixed));
-  if (!m) return KVIDX_ENOMEM;
-  ix = kvidx__setup(cfg, &pl, m, 0);
-  ix->bytes = ix->peak = ix->fixed_bytes = pl.fixed;
-  if (ix->kind == KVIDX_REFERENCE) {
-    size_t wb = sizeof(kvidx__rworker) * ix->max_workers;
-    ix->ref = KVIDX__CAST(kvidx__ref *, kvidx__alloc(ix, sizeof(kvidx__ref)));
-    if (ix->ref) {
-      memset(ix->ref, 0, sizeof *ix->ref);
-      ix->ref->w = KVIDX__CAST(kvidx__rworker *, kvidx__alloc(ix, wb));
-      if (ix->ref->w) memset(ix->ref->w, 0, wb);
-    }
-    if (!ix->ref || !ix->ref->w) {
-      kvidx_destroy(ix);
-      return KVIDX_ENOMEM;
-    }
-  } else {
-    kvidx__tab *t = KVIDX__CAST(kvidx__tab *, kvidx__alloc(ix, kvidx__tab_bytes(16)));
+KVIDX__PRIV void kvidx__ref_drop_all(kvidx *ix) {
+  if (ix->ref->w) {
     uint32_t i;
-    if (!t) {
-      kvidx_destroy(ix);
-      return KVIDX_ENOMEM;
-    }
-    t->mask = 15;
-    t->older = NULL;
-    t->bytes = kvidx__tab_bytes(16);
-    for (i = 0; i < 16; i++) kvidx__st(&KVIDX__HEADS(t)[i], 0u);
-    kvidx__st(&ix->tab, t);
-  }
-  *out = ix;
-  return KVIDX_OK;
-}
-
-KVIDX_DEF void kvidx_destroy(kvidx *ix) {
-  unsigned k;
-  if (!ix || ix->buffer_mode) return; /* buffer mode: the caller owns the memory */
-  if (ix->ref) {
-    if (ix->ref->w) {
-      uint32_t i;
-      for (i = 0; i < ix->max_workers; i++) {
-        kvidx__rmap_drop(ix, &ix->ref->w[i].blocks);
-        kvidx__rmap_drop(ix, &ix->ref->w[i].chains);
-      }
-      kvidx__free(ix, ix->ref->w, sizeof(kvidx__rworker) * ix->max_workers);
-    }
-    kvidx__free(ix, ix->ref, sizeof(kvidx__ref));
-  }
-  {
-    kvidx__tab *t = kvidx__ld(&ix->tab);
-    while (t) {
-      kvidx__tab *o = t->older;
-      kvidx__free(ix, t, t->bytes);
-      t = o;
-    }
-  }
-  for (k = 0; k < KVIDX__CHUNKS; k++) {
-    unsigned char *c = kvidx__ld(&ix->chunks[k]);
-    if (c) kvidx__free(ix, c, (k == 0 ? ix->cap0 : (KVIDX__CAST(size_t, ix->cap0) << k)) * ix->stride);
-  }
-  if (ix->heap) kvidx__free(ix, ix->heap, ix->heap_cap * sizeof(uint32_t));
-  if (ix->S.recs) kvidx__free(ix, ix->S.recs, kvidx__pool_bytes(ix->S.rec_size, ix->S.cap));
-  if (ix->E.recs) kvidx__free(ix, ix->E.recs, kvidx__pool_bytes(ix->E.rec_size, ix->E.cap));
-  kvidx__free(ix, ix, ix->fixed_bytes);
-}
-
-KVIDX__PRIV int kvidx__store(kvidx *ix, uint64_t worker_id, uint32_t dp_rank, const uint64_t *parent_seq,
-                             const kvidx_block *b, size_t n, int tier, uint64_t expires) {
-  int rc;
-  if (!ix || (n && !b) || tier < KVIDX_TIER_DEVICE || tier > KVIDX_TIER_DISK) return KVIDX_EINVAL;
-  if (tier != KVIDX_TIER_DEVICE && !ix->tiers_on) return KVIDX_ENOTSUP;
-  if (ix->kind == KVIDX_REFERENCE) return kvidx__ref_store(ix, worker_id, dp_rank, parent_seq, b, n, tier, expires);
-  kvidx__lock(ix);
-  rc = kvidx__ix_store(ix, worker_id, dp_rank, parent_seq, b, n, tier, expires);
-  kvidx__unlock(ix);
-  return rc;
-}
-
-KVIDX__PRIV int kvidx__remove(kvidx *ix, uint64_t worker_id, uint32_t dp_rank, const uint64_t *seq, size_t n,
-                              int tier) {
-  int rc;
-  if (!ix || (n && !seq) || (tier != KVIDX_TIER_ALL && (tier < KVIDX_TIER_DEVICE || tier > KVIDX_TIER_DISK)))
-    return KVIDX_EINVAL;
-  if (ix->kind == KVIDX_REFERENCE) return kvidx__ref_remove(ix, worker_id, dp_rank, seq, n, tier);
-  kvidx__lock(ix);
-  rc = kvidx__ix_remove(ix, worker_id, dp_rank, seq, n, tier);
-  kvidx__unlock(ix);
-  return rc;
-}
-
-KVIDX_DEF int kvidx_store(kvidx *ix, uint64_t worker_id, uint32_t dp_rank, const uint64_t *parent_seq,
-                          const kvidx_block *b, size_t n) {
-  return kvidx__store(ix, worker_id, dp_rank, parent_seq, b, n, KVIDX_TIER_DEVICE, 0);
-}
-
-KVIDX_DEF int kvidx_store_ttl(kvidx *ix, uint64_t worker_id, uint32_t dp_rank, const uint64_t *parent_seq,
-                              const kvidx_block *b, size_t n, uint64_t expires_at) {
-  if (ix && ix->evict != KVIDX_EVICT_EXPIRY) return KVIDX_ENOTSUP;
-  return kvidx__store(ix, worker_id, dp_rank, parent_seq, b, n, KVIDX_TIER_DEVICE, expires_at);
-}
-
-KVIDX_DEF int kvidx_remove(kvidx *ix, uint64_t worker_id, uint32_t dp_rank, const uint64_t *seq, size_t n) {
-  return kvidx__remove(ix, worker_id, dp_rank, seq, n, KVIDX_TIER_ALL);
-}
-
-KVIDX_DEF int kvidx_expire(kvidx *ix, uint64_t now, size_t *removed) {
-  size_t n;
-  if (removed) *removed = 0;
-  if (!ix) return KVIDX_EINVAL;
-  if (ix->evict != KVIDX_EVICT_EXPIRY) return KVIDX_ENOTSUP;
-  if (ix->kind == KVIDX_REFERENCE) {
-    n = kvidx__ref_expire(ix, now);
-  } else {
-    kvidx__lock(ix);
-    n = kvidx__ix_expire(ix, now);
-    kvidx__unlock(ix);
-  }
-  if (removed) *removed = n;
-  return KVIDX_OK;
-}
-
-/* ---- event ids -------------------------------------------------------------
- * A linear-probing table of (worker, dp_rank) -> last event id with twice as
- * many places as worker slots.  When it is 3/4 full, entries of workers that
- * hold nothing are dropped (their next event counts as a first one); at most
- * max_workers workers hold blocks, so that always makes room. */
-KVIDX__PRIV uint32_t kvidx__ev_home(const kvidx *ix, uint64_t id, uint32_t rank) {
-  return KVIDX__CAST(uint32_t, kvidx__mix(id ^ (KVIDX__CAST(uint64_t, rank) << 48) ^ rank)) & ix->evtab_mask;
-}
-
-KVIDX__PRIV kvidx__evid *kvidx__ev_find(const kvidx *ix, uint64_t id, uint32_t rank) {
-  uint32_t i;
-  for (i = kvidx__ev_home(ix, id, rank); ix->evtab[i].used; i = (i + 1) & ix->evtab_mask)
-    if (ix->evtab[i].id == id && ix->evtab[i].rank == rank) return &ix->evtab[i];
-  return NULL;
-}
-
-KVIDX__PRIV void kvidx__ev_del(kvidx *ix, uint32_t i) { /* backward-shift deletion */
-  uint32_t m = ix->evtab_mask, j;
-  ix->evtab[i].used = 0;
-  for (j = (i + 1) & m; ix->evtab[j].used; j = (j + 1) & m) {
-    uint32_t h = kvidx__ev_home(ix, ix->evtab[j].id, ix->evtab[j].rank);
-    if (((j - h) & m) >= ((j - i) & m)) {
-      ix->evtab[i] = ix->evtab[j];
-      ix->evtab[j].used = 0;
-      i = j;
-    }
-  }
-  ix->evtab_n--;
-}
-
-KVIDX__PRIV size_t kvidx__blocks_of(const kvidx *ix, uint64_t id, uint32_t rank);
-
-KVIDX__PRIV kvidx__evid *kvidx__ev_put(kvidx *ix, uint64_t id, uint32_t rank) {
-  uint32_t i;
-  if ((ix->evtab_n + 1) * 4 > (ix->evtab_mask + 1) * 3) {
-    int again = 1;
-    while (again) /* deletions shift entries back: sweep until none goes */
-      for (again = 0, i = 0; i <= ix->evtab_mask; i++)
-        if (ix->evtab[i].used && !kvidx__blocks_of(ix, ix->evtab[i].id, ix->evtab[i].rank)) {
-          kvidx__ev_del(ix, i);
-          again = 1;
-        }
-  }
-  for (i = kvidx__ev_home(ix, id, rank); ix->evtab[i].used; i = (i + 1) & ix->evtab_mask) {}
-  ix->evtab[i].used = 1;
-  ix->evtab[i].id = id;
-  ix->evtab[i].rank = rank;
-  ix->evtab_n++;
-  return &ix->evtab[i];
-}
-
-/* The event's operation, without locking (the caller holds the lock). */
-KVIDX__PRIV int kvidx__apply_op(kvidx *ix, const kvidx_event *ev) {
-  int ref = ix->kind == KVIDX_REFERENCE;
-  switch (ev->type) {
-  case KVIDX_EV_STORED:
-    return ref ? kvidx__ref_store(ix, ev->worker_id, ev->dp_rank, ev->parent, ev->blocks, ev->n, ev->tier,
-                                  ev->expires_at)
-               : kvidx__ix_store(ix, ev->worker_id, ev->dp_rank, ev->parent, ev->blocks, ev->n, ev->tier,
-                                 ev->expires_at);
-  case KVIDX_EV_REMOVED:
-    return ref ? kvidx__ref_remove(ix, ev->worker_id, ev->dp_rank, ev->seqs, ev->n, ev->tier)
-               : kvidx__ix_remove(ix, ev->worker_id, ev->dp_rank, ev->seqs, ev->n, ev->tier);
-  default: /* KVIDX_EV_CLEARED */
-    if (ref) {
-      kvidx__rworker *w = kvidx__ref_worker(ix, ev->worker_id, ev->dp_rank);
-      if (w) kvidx__ref_clear_worker(ix, w);
-    } else {
-      uint32_t s = kvidx__slot_find(ix, ev->worker_id, ev->dp_rank);
-      if (s != KVIDX__NONE) kvidx__ix_clear_slot(ix, s);
-    }
-    return KVIDX_OK;
-  }
-}
-
-KVIDX_DEF int kvidx_apply(kvidx *ix, const kvidx_event *ev) {
-  kvidx__evid *e;
-  int rc, info = KVIDX_OK;
-  if (!ix || !ev || ev->type < KVIDX_EV_STORED || ev->type > KVIDX_EV_CLEARED) return KVIDX_EINVAL;
-  if (ev->type == KVIDX_EV_STORED &&
-      ((ev->n && !ev->blocks) || ev->tier < KVIDX_TIER_DEVICE || ev->tier > KVIDX_TIER_DISK))
-    return KVIDX_EINVAL;
-  if (ev->type == KVIDX_EV_REMOVED && ((ev->n && !ev->seqs) || (ev->tier != KVIDX_TIER_ALL &&
-                                                                (ev->tier < KVIDX_TIER_DEVICE || ev->tier > KVIDX_TIER_DISK))))
-    return KVIDX_EINVAL;
-  if (ev->type == KVIDX_EV_STORED && ev->expires_at && ix->evict != KVIDX_EVICT_EXPIRY) return KVIDX_ENOTSUP;
-  if (ev->type == KVIDX_EV_STORED && ev->tier != KVIDX_TIER_DEVICE && !ix->tiers_on) return KVIDX_ENOTSUP;
-  kvidx__lock(ix);
-  e = kvidx__ev_find(ix, ev->worker_id, ev->dp_rank);
-  if (e && ev->event_id == e->last) {
-    kvidx__unlock(ix);
-    return KVIDX_DUPLICATE;
-  }
-  if (e && ev->event_id < e->last) { /* the engine restarted: its cache is gone */
-    kvidx_event clr = *ev;
-    clr.type = KVIDX_EV_CLEARED;
-    kvidx__apply_op(ix, &clr);
-    info = KVIDX_RESTARTED;
-  } else if (e && ev->event_id > e->last + 1) {
-    info = KVIDX_GAP;
-  }
-  rc = kvidx__apply_op(ix, ev);
-  if (rc == KVIDX_ENOMEM || rc == KVIDX_EFULL) {
-    /* a resource refusal: the caller may retry the same event, so its id is
-     * not used up; after a restart the worker starts afresh */
-    if (info == KVIDX_RESTARTED) kvidx__ev_del(ix, KVIDX__CAST(uint32_t, e - ix->evtab));
-  } else { /* applied, or refused for good (unknown parent / seqs): the id counts */
-    if (!e) e = kvidx__ev_put(ix, ev->worker_id, ev->dp_rank);
-    e->last = ev->event_id;
-  }
-  kvidx__unlock(ix);
-  return rc != KVIDX_OK ? rc : info;
-}
-
-KVIDX_DEF int kvidx_last_event_id(const kvidx *ix, uint64_t worker_id, uint32_t dp_rank, uint64_t *out) {
-  const kvidx__evid *e;
-  int rc = KVIDX_ENOENT;
-  if (!ix || !out) return KVIDX_EINVAL;
-  kvidx__lock(KVIDX__MUT(ix));
-  if ((e = kvidx__ev_find(ix, worker_id, dp_rank)) != NULL) {
-    *out = e->last;
-    rc = KVIDX_OK;
-  }
-  kvidx__unlock(KVIDX__MUT(ix));
-  return rc;
-}
-
-KVIDX__PRIV int kvidx__same_name(const char *a, const char *b) { /* ASCII, case-insensitive */
-  for (; *a && *b; a++, b++) {
-    char x = *a >= 'A' && *a <= 'Z' ? KVIDX__CAST(char, *a + 32) : *a, y = *b;
-    if (x != y) return 0;
-  }
-  return *a == *b;
-}
-
-KVIDX_DEF int kvidx_tier_from_name(const char *m) {
-  static const char *const host[] = {"cpu", "host", "cpu_pinned", "pinned", "dram"};
-  static const char *const disk[] = {"disk", "ssd", "nvme", "local_disk", "storage"};
-  size_t i;
-  if (!m) return KVIDX_TIER_DEVICE;
-  for (i = 0; i < sizeof host / sizeof host[0]; i++)
-    if (kvidx__same_name(m, host[i])) return KVIDX_TIER_HOST;
-  for (i = 0; i < sizeof disk / sizeof disk[0]; i++)
-    if (kvidx__same_name(m, disk[i])) return KVIDX_TIER_DISK;
-  return KVIDX_TIER_DEVICE; /* GPU, cuda, device, unknown, empty */
-}
-
-KVIDX_DEF int kvidx_clear(kvidx *ix, uint64_t worker_id, uint32_t dp_rank) {
-  if (!ix) return KVIDX_EINVAL;
-  if (ix->kind == KVIDX_REFERENCE) {
-    kvidx__rworker *w = kvidx__ref_worker(ix, worker_id, dp_rank);
-    if (w) kvidx__ref_clear_worker(ix, w);
-  } else {
-    uint32_t s;
-    kvidx__lock(ix);
-    if ((s = kvidx__slot_find(ix, worker_id, dp_rank)) != KVIDX__NONE) kvidx__ix_clear_slot(ix, s);
-    kvidx__unlock(ix);
-  }
-  return KVIDX_OK;
-}
-
-KVIDX_DEF int kvidx_remove_worker(kvidx *ix, uint64_t worker_id) {
-  uint32_t i;
-  if (!ix) return KVIDX_EINVAL;
-  if (ix->kind != KVIDX_REFERENCE) kvidx__lock(ix);
-  for (i = 0; i < ix->max_workers; i++) {
-    if (ix->kind == KVIDX_REFERENCE) {
-      if (ix->ref->w[i].live && ix->ref->w[i].id == worker_id) kvidx__ref_clear_worker(ix, &ix->ref->w[i]);
-    } else if (ix->slots[i].used && kvidx__ld(&ix->slots[i].id) == worker_id) {
-      kvidx__ix_clear_slot(ix, i);
-    }
-  }
-  if (ix->kind != KVIDX_REFERENCE) kvidx__unlock(ix);
-  return KVIDX_OK;
-}
-
-KVIDX__PRIV size_t kvidx__find(const kvidx *ix, const uint64_t *locals, size_t n, void *out, size_t esz,
-                                size_t cap, kvidx__rctx *rc) {
-  kvidx__sink k;
-  if (!ix || (n && !locals)) return 0;
-  kvidx__sink_init(&k, out, esz, cap);
-  if (ix->kind == KVIDX_REFERENCE) return kvidx__ref_find(ix, locals, n, &k);
-  k.epoch = kvidx__ld_acq(&KVIDX__MUT(ix)->slot_epoch);
-  k.nw = rc->nw = kvidx__ld_acq(&KVIDX__MUT(ix)->nw_live);
-  if (!k.nw) return 0; /* no worker was ever assigned a slot */
-  if (esz == sizeof(kvidx_tier_score)) kvidx__tier_find(ix, rc, locals, n, &k);
-  else if (ix->kind == KVIDX_RADIX) kvidx__radix_find(ix, rc, locals, n, &k);
-  else kvidx__pos_find(ix, rc, locals, n, &k);
-  return kvidx__sink_finish(&k);
-}
-
-KVIDX_DEF size_t kvidx_find_matches(const kvidx *ix, const uint64_t *locals, size_t n, kvidx_score *out,
-                                    size_t cap) {
-  kvidx__rctx rc = {KVIDX__MAX_TRIES, 0, 0};
-  return kvidx__find(ix, locals, n, out, sizeof(kvidx_score), cap, &rc);
-}
-
-KVIDX_DEF size_t kvidx_find_matches_tiered(const kvidx *ix, const uint64_t *locals, size_t n,
-                                           kvidx_tier_score *out, size_t cap) {
-  kvidx__rctx rc = {KVIDX__MAX_TRIES, 0, 0};
-  return kvidx__find(ix, locals, n, out, sizeof(kvidx_tier_score), cap, &rc);
-}
-
-KVIDX_DEF int kvidx_find_matches_ex(const kvidx *ix, const uint64_t *locals, size_t n, kvidx_score *out,
-                                    size_t cap, size_t *total) {
-  kvidx__rctx rc = {KVIDX__MAX_TRIES, 0, 0};
-  size_t m;
-  if (total) *total = 0;
-  if (!ix || (n && !locals) || (cap && !out)) return KVIDX_EINVAL;
-  m = kvidx__find(ix, locals, n, out, sizeof(kvidx_score), cap, &rc);
-  if (total) *total = m;
-  return rc.gave_up ? KVIDX_EAGAIN : KVIDX_OK;
-}
-
-KVIDX_DEF size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *locals, size_t n, kvidx_score *out,
-                                          size_t cap, int *retry) {
-  kvidx__rctx rc = {1, 0, 0};
-  size_t m = kvidx__find(ix, locals, n, out, sizeof(kvidx_score), cap, &rc);
-  if (retry) *retry = rc.gave_up;
-  return m;
-}
-
-/* Counters are writer state: these short calls take the writer lock. */
-KVIDX_DEF size_t kvidx_worker_blocks(const kvidx *ix, uint64_t worker_id, uint32_t dp_rank) {
-  size_t n;
-  if (!ix) return 0;
-  kvidx__lock(KVIDX__MUT(ix));
-  n = kvidx__blocks_of(ix, worker_id, dp_rank);
-  kvidx__unlock(KVIDX__MUT(ix));
-  return n;
-}
-
-KVIDX__PRIV size_t kvidx__blocks_of(const kvidx *ix, uint64_t worker_id, uint32_t dp_rank) {
-  uint32_t s;
-  if (ix->kind == KVIDX_REFERENCE) {
-    const kvidx__rworker *w = kvidx__ref_worker(ix, worker_id, dp_rank);
-    return w ? w->blocks.len : 0;
-  }
-  s = kvidx__slot_find(ix, worker_id, dp_rank);
-  return s == KVIDX__NONE ? 0 : ix->slots[s].blocks;
-}
-
-KVIDX_DEF int kvidx_get_stats(const kvidx *ix, kvidx_stats *st) {
-  if (!ix || !st) return KVIDX_EINVAL;
-  kvidx__lock(KVIDX__MUT(ix));
-  memset(st, 0, sizeof *st);
-  st->bytes = ix->bytes;
-  st->peak_bytes = ix->peak;
-  if (ix->kind == KVIDX_REFERENCE) {
-    st->blocks = ix->ref->blocks;
-    st->workers = ix->ref->nworkers;
-  } else {
-    st->blocks = ix->blocks;
-    st->workers = ix->slots_used;
-    st->entries = ix->ent_count;
-  }
-  kvidx__unlock(KVIDX__MUT(ix));
-  return KVIDX_OK;
-}
-
-KVIDX_DEF const char *kvidx_strerror(int status) {
-  switch (status) {
-  case KVIDX_OK: return "ok";
-  case KVIDX_EINVAL: return "invalid argument";
-  case KVIDX_ENOMEM: return "out of memory (allocation hook failed); nothing changed";
-  case KVIDX_EFULL: return "capacity reached (max_blocks, max_workers or max_entries); nothing changed";
-  case KVIDX_ENOPARENT: return "parent block not held by this worker; nothing changed";
-  case KVIDX_ENOENT: return "some removed blocks were not held (the known ones were removed)";
-  case KVIDX_ENOTSUP: return "not supported by this index kind or mode";
-  case KVIDX_EAGAIN: return "a concurrent write stayed in progress too long; the answer may be short, ask again";
-  case KVIDX_ECORRUPT: return "snapshot is corrupt (bad magic, record or checksum); target left empty";
-  case KVIDX_EVERSION: return "snapshot format version not supported; target left empty";
-  case KVIDX_ETRUNCATED: return "snapshot ended early; target left empty";
-  case KVIDX_EIO: return "a caller callback reported an error";
-  case KVIDX_GAP: return "applied; event ids were skipped (ask the engine for a replay)";
-  case KVIDX_RESTARTED: return "event id went backwards: the worker's old blocks were dropped, then the event applied";
-  case KVIDX_DUPLICATE: return "event id already seen: ignored";
-  default: return "unknown status";
-  }
-}
-
-#define KVIDX__STR2(x) #x
-#define KVIDX__STR(x) KVIDX__STR2(x)
-KVIDX_DEF const char *kvidx_version(void) {
-  return KVIDX__STR(KVIDX_VERSION_MAJOR) "." KVIDX__STR(KVIDX_VERSION_MINOR) "." KVIDX__STR(KVIDX_VERSION_PATCH);
-}
-
-/* Invariant checker.  Recounts everything from the seq records:
- *  per record: its entry and parent records exist, the entry is live;
- *  per (worker, entry) record: mult and children equal the recount, the
- *  entry's bit is set iff mult > 0; orphans and holed bits match;
- *  per entry: refs = records naming it, kids = live children,
- *  reachable through the table under its key; counts add up.
- * The recount borrows the records' own counters (subtract, check zero, add
- * back), so it allocates nothing. */
-#define KVIDX__CHK(c)                                                                                             \
-  do {                                                                                                           \
-    if (!(c)) return -__LINE__;                                                                                  \
-  } while (0)
-
-KVIDX__PRIV int kvidx__check_records(kvidx *ix, int sign) {
-  uint32_t i;
-  for (i = 0; i < ix->S.hw; i++) {
-    kvidx__srec *r = KVIDX__RCAST(kvidx__srec *, KVIDX__REC(&ix->S, i));
-    kvidx__erec *er, *pr;
-    if (r->h.slot == KVIDX__NONE) continue;
-    er = KVIDX__RCAST(kvidx__erec *, kvidx__pool_find(&ix->E, r->h.slot, r->entry, NULL));
-    KVIDX__CHK(er && er == KVIDX__EREC(ix, r->er));
-    KVIDX__CHK(r->tiers && r->tiers < 8u);
-    er->mult = KVIDX__CAST(uint32_t, er->mult + KVIDX__CAST(uint32_t, sign));
-    if (r->tiers & 1u) er->devmult = KVIDX__CAST(uint32_t, er->devmult + KVIDX__CAST(uint32_t, sign));
-    if (r->parent != KVIDX__NONE) {
-      pr = KVIDX__RCAST(kvidx__erec *, kvidx__pool_find(&ix->E, r->h.slot, r->parent, NULL));
-      KVIDX__CHK(pr && pr == KVIDX__EREC(ix, r->pr));
-      pr->children = KVIDX__CAST(uint32_t, pr->children + KVIDX__CAST(uint32_t, sign));
-    }
-  }
-  return 0;
-}
-
-KVIDX__PRIV int kvidx__check_adjust(kvidx *ix, int sign) {
-  uint32_t i;
-  int bad = 0;
-  kvidx__tab *t = kvidx__ld(&ix->tab);
-  for (i = 0; i < ix->E.hw; i++) {
-    const kvidx__erec *er = KVIDX__RCAST(const kvidx__erec *, KVIDX__REC(&ix->E, i));
-    if (er->h.slot != KVIDX__NONE) {
-      kvidx__ent *e = kvidx__ent_at(ix, KVIDX__CAST(uint32_t, er->h.key));
-      e->refs = KVIDX__CAST(uint32_t, e->refs + KVIDX__CAST(uint32_t, sign));
-      if (((kvidx__ld(&kvidx__ent_bits(e)[er->h.slot >> 6]) >> (er->h.slot & 63)) & 1) != (er->mult != 0) ||
-          (ix->tiers_on &&
-           ((kvidx__ld(&kvidx__ent_dev(ix, e)[er->h.slot >> 6]) >> (er->h.slot & 63)) & 1) != (er->devmult != 0)) ||
-          (!ix->tiers_on && er->devmult != er->mult) ||
-          er->devmult > er->mult)
-        bad++; /* the entry's bits must say whether the worker holds it (on the device) */
-    }
-  }
-  for (i = 0; i <= t->mask; i++) {
-    uint32_t id;
-    for (id = kvidx__ld(&KVIDX__HEADS(t)[i]); id; id = kvidx__ld(&kvidx__ent_at(ix, id - 1)->next)) {
-      uint32_t par = kvidx__ld(&kvidx__ent_at(ix, id - 1)->parent);
-      if (par != KVIDX__NONE) {
-        kvidx__ent *p = kvidx__ent_at(ix, par);
-        p->kids = KVIDX__CAST(uint32_t, p->kids + KVIDX__CAST(uint32_t, sign));
-      }
-    }
-  }
-  return bad;
-}
-
-KVIDX__PRIV int kvidx__check_entries(kvidx *ix) {
-  kvidx__tab *t = kvidx__ld(&ix->tab);
-  uint32_t i, w, seen = 0;
-  int rc = 0;
-  /* structure first: every chain is finite, entries sit in their bucket */
-  for (i = 0; i <= t->mask; i++) {
-    uint32_t id;
-    for (id = kvidx__ld(&KVIDX__HEADS(t)[i]); id; id = kvidx__ld(&kvidx__ent_at(ix, id - 1)->next)) {
-      kvidx__ent *e;
-      uint32_t par;
-      KVIDX__CHK(id - 1 < ix->ent_hw && ++seen <= ix->ent_count);
-      e = kvidx__ent_at(ix, id - 1);
-      par = kvidx__ld(&e->parent);
-      KVIDX__CHK((kvidx__ld(&e->hash) & t->mask) == i && (kvidx__ld(&e->ver) & 1) == 0);
-      KVIDX__CHK(kvidx__ld(&e->hash) == kvidx__key_hash(ix->kind, kvidx__ld(&e->pos), par, kvidx__ld(&e->local)));
-      KVIDX__CHK(e->refs || e->kids);
-      if (par != KVIDX__NONE) {
-        kvidx__ent *p = kvidx__ent_at(ix, par);
-        KVIDX__CHK(par < ix->ent_hw && (p->refs || p->kids) && kvidx__ld(&p->pos) + 1 == kvidx__ld(&e->pos));
-        KVIDX__CHK(kvidx_seq_hash_next(kvidx__ld(&p->chain), kvidx__ld(&e->local)) == kvidx__ld(&e->chain));
-      } else if (par == KVIDX__NONE) {
-        KVIDX__CHK(kvidx__ld(&e->pos) == 0 && kvidx__ld(&e->chain) == kvidx__ld(&e->local));
-      }
-      for (w = 0; w < ix->nw; w++) { /* a set bit has a holding record */
-        uint64_t bits = kvidx__ld(&kvidx__ent_bits(e)[w]);
-        KVIDX__CHK(!ix->tiers_on || (kvidx__ld(&kvidx__ent_dev(ix, e)[w]) & ~bits) == 0);
-        while (bits) {
-          uint32_t sl = w * 64 + kvidx__ctz64(bits);
-          const kvidx__erec *er = KVIDX__RCAST(const kvidx__erec *, kvidx__pool_find(&ix->E, sl, id - 1, NULL));
-          bits &= bits - 1;
-          KVIDX__CHK(sl < ix->max_workers && er && er->mult);
-        }
-      }
-    }
-  }
-  KVIDX__CHK(seen == ix->ent_count);
-  /* then the counts */
-  if (kvidx__check_adjust(ix, -1)) rc = -__LINE__;
-  for (i = 0; i <= t->mask && !rc; i++) {
-    uint32_t id;
-    for (id = kvidx__ld(&KVIDX__HEADS(t)[i]); id && !rc; id = kvidx__ld(&kvidx__ent_at(ix, id - 1)->next)) {
-      kvidx__ent *e = kvidx__ent_at(ix, id - 1);
-      if (e->refs || e->kids) rc = -__LINE__;
-    }
-  }
-  kvidx__check_adjust(ix, 1);
-  return rc;
-}
-
-KVIDX_DEF int kvidx__check(const kvidx *cix) {
-  kvidx *ix = KVIDX__MUT(cix);
-  uint32_t i, s, w;
-  size_t total = 0, used = 0, ents = 0, orph[KVIDX_WORKERS_MAX];
-  int rc;
-  if (!ix) return -__LINE__;
-  if (ix->kind == KVIDX_REFERENCE) {
-    size_t nb = 0, nwk = 0;
     for (i = 0; i < ix->max_workers; i++) {
-      const kvidx__rworker *wk = &ix->ref->w[i];
-      if (!wk->live) continue;
-      KVIDX__CHK(wk->blocks.len > 0);
-      nb += wk->blocks.len;
-      nwk++;
+      kvidx__rmap_drop(ix, &ix->ref->w[i].blocks);
+      kvidx__rmap_drop(ix, &ix->ref->w[i].chains);
     }
-    KVIDX__CHK(nb == ix->ref->blocks && nwk == ix->ref->nworkers);
-    return 0;
+    kvidx__free(ix, ix->ref->w, sizeof(kvidx__rworker) * ix->max_workers);
   }
-  /* slots, their lists and the slot map */
-  for (s = 0; s < ix->max_workers; s++) {
-    const kvidx__slot *sl = &ix->slots[s];
-    size_t len = 0;
-    uint32_t r, prev = KVIDX__NONE;
-    int holed = (kvidx__ld(&ix->holed[s >> 6]) >> (s & 63)) & 1;
-    orph[s] = 0;
-    if (!sl->used) {
-      KVIDX__CHK(!holed && sl->list == KVIDX__NONE);
-      continue;
-    }
-    used++;
-    KVIDX__CHK(sl->blocks > 0 && kvidx__slot_find(ix, kvidx__ld(&sl->id), kvidx__ld(&sl->rank)) == s);
-    KVIDX__CHK(holed == (sl->orphans != 0));
-    for (r = sl->list; r != KVIDX__NONE; r = KVIDX__RCAST(kvidx__srec *, KVIDX__REC(&ix->S, r))->lnext) {
-      const kvidx__srec *sr = KVIDX__RCAST(const kvidx__srec *, KVIDX__REC(&ix->S, r));
-      KVIDX__CHK(r < ix->S.hw && sr->h.slot == s && sr->lprev == prev && ++len <= ix->S.count);
-      KVIDX__CHK(kvidx__pool_find(&ix->S, s, sr->h.key, NULL) == &sr->h);
-      prev = r;
-    }
-    KVIDX__CHK(len == sl->blocks);
-    total += len;
-  }
-  KVIDX__CHK(used == ix->slots_used && total == ix->blocks && total == ix->S.count);
-  /* orphans: held blocks whose parent entry the worker does not hold */
-  for (i = 0; i < ix->S.hw; i++) {
-    const kvidx__srec *r = KVIDX__RCAST(const kvidx__srec *, KVIDX__REC(&ix->S, i));
-    const kvidx__erec *pr;
-    if (r->h.slot == KVIDX__NONE || r->parent == KVIDX__NONE) continue;
-    pr = KVIDX__RCAST(const kvidx__erec *, kvidx__pool_find(&ix->E, r->h.slot, r->parent, NULL));
-    KVIDX__CHK(pr);
-    if (!pr->mult) orph[r->h.slot]++;
-  }
-  for (s = 0; s < ix->max_workers; s++) KVIDX__CHK(!ix->slots[s].used || orph[s] == ix->slots[s].orphans);
-  /* records vs recount */
-  if ((rc = kvidx__check_records(ix, -1)) != 0) return rc;
-  for (i = 0; i < ix->E.hw && !rc; i++) {
-    const kvidx__erec *er = KVIDX__RCAST(const kvidx__erec *, KVIDX__REC(&ix->E, i));
-    if (er->h.slot != KVIDX__NONE && (er->mult || er->children || er->devmult)) rc = -__LINE__;
-  }
-  kvidx__check_records(ix, 1);
-  if (rc) return rc;
-  /* entries: walk the table (the live set), recount refs and kids by
-   * subtracting, check zero, add back; free entries have no bits */
-  if ((rc = kvidx__check_entries(ix)) != 0) return rc;
-  for (i = ix->ent_free; i != KVIDX__NONE; i = kvidx__ent_at(ix, i)->fnext) {
-    kvidx__ent *e = kvidx__ent_at(ix, i);
-    KVIDX__CHK(i < ix->ent_hw && ++ents <= ix->ent_hw && !e->refs && !e->kids);
-    for (w = 0; w < ix->nw; w++) KVIDX__CHK(kvidx__ld(&kvidx__ent_bits(e)[w]) == 0);
-  }
-  KVIDX__CHK(ents + ix->ent_count == ix->ent_hw);
-  if (ix->evict) { /* the eviction heap holds every record once, in order */
-    KVIDX__CHK(ix->heap_n == ix->S.count);
-    for (i = 0; i < ix->heap_n; i++) {
-      KVIDX__CHK(ix->heap[i] < ix->S.hw && KVIDX__SREC(ix, ix->heap[i])->h.slot != KVIDX__NONE);
-      KVIDX__CHK(KVIDX__SREC(ix, ix->heap[i])->hpos == i);
-      KVIDX__CHK(!i || !kvidx__heap_less(ix, ix->heap[i], ix->heap[(i - 1) / 2]));
-    }
-  }
-  {
-    uint32_t used_ev = 0;
-    for (i = 0; i <= ix->evtab_mask; i++)
-      if (ix->evtab[i].used) {
-        used_ev++;
-        KVIDX__CHK(kvidx__ev_find(ix, ix->evtab[i].id, ix->evtab[i].rank) == &ix->evtab[i]);
-      }
-    KVIDX__CHK(used_ev == ix->evtab_n);
-  }
-  return 0;
-}
-
-/* ========================================================================== */
-/* 8. Dump and snapshots                                                       */
-/* ========================================================================== */
-/* Growable scratch (through the hooks): an entry -> seq map and id stacks. */
-typedef struct {
-  uint64_t *key, *val; /* key = entry id + 1, 0 = empty */
-  size_t cap, n;
-} kvidx__dmap;
-
-KVIDX__PRIV int kvidx__dmap_grow(kvidx *ix, kvidx__dmap *m) {
-  kvidx__dmap nm;
-  size_t i;
-  nm.cap = m->cap ? 2 * m->cap : 64;
-  nm.n = m->n;
-  nm.key = KVIDX__CAST(uint64_t *, kvidx__alloc(ix, nm.cap * 16));
-  if (!nm.key) return KVIDX_ENOMEM;
-  nm.val = nm.key + nm.cap;
-  memset(nm.key, 0, nm.cap * 8);
-  for (i = 0; i < m->cap; i++)
-    if (m->key[i]) {
-      size_t j = kvidx__mix(m->key[i]) & (nm.cap - 1);
-      while (nm.key[j]) j = (j + 1) & (nm.cap - 1);
-      nm.key[j] = m->key[i];
-      nm.val[j] = m->val[i];
-    }
-  if (m->key) kvidx__free(ix, m->key, m->cap * 16);
-  *m = nm;
-  return KVIDX_OK;
-}
-KVIDX__PRIV uint64_t *kvidx__dmap_get(const kvidx__dmap *m, uint32_t entry) {
-  size_t j;
-  if (!m->cap) return NULL;
-  for (j = kvidx__mix(entry + 1ull) & (m->cap - 1); m->key[j]; j = (j + 1) & (m->cap - 1))
-    if (m->key[j] == entry + 1ull) return &m->val[j];
-  return NULL;
-}
-KVIDX__PRIV int kvidx__dmap_put(kvidx *ix, kvidx__dmap *m, uint32_t entry, uint64_t seq) {
-  size_t j;
-  if ((m->n + 1) * 2 > m->cap && kvidx__dmap_grow(ix, m) != KVIDX_OK) return KVIDX_ENOMEM;
-  for (j = kvidx__mix(entry + 1ull) & (m->cap - 1); m->key[j]; j = (j + 1) & (m->cap - 1)) {}
-  m->key[j] = entry + 1ull;
-  m->val[j] = seq;
-  m->n++;
-  return KVIDX_OK;
-}
-
-typedef struct {
-  uint64_t *v;
-  size_t n, cap;
-} kvidx__vec;
-KVIDX__PRIV int kvidx__vec_push(kvidx *ix, kvidx__vec *v, uint64_t x) {
-  if (v->n == v->cap) {
-    size_t nc = v->cap ? 2 * v->cap : 32;
-    uint64_t *nv = KVIDX__CAST(uint64_t *, kvidx__alloc(ix, nc * 8));
-    if (!nv) return KVIDX_ENOMEM;
-    if (v->v) {
-      memcpy(nv, v->v, v->n * 8);
-      kvidx__free(ix, v->v, v->cap * 8);
-    }
-    v->v = nv;
-    v->cap = nc;
-  }
-  v->v[v->n++] = x;
-  return KVIDX_OK;
-}
-
-KVIDX__PRIV int kvidx__cmp_u64(const void *a, const void *b) {
-  uint64_t x = *KVIDX__CAST(const uint64_t *, a), y = *KVIDX__CAST(const uint64_t *, b);
-  return x < y ? -1 : x > y;
-}
-
-typedef struct {
-  kvidx *ix;
-  kvidx_event_fn emit;
-  void *ctx;
-  uint32_t slot;
-  uint64_t next_id;
-  kvidx__dmap map;  /* entry -> a seq of this worker at that entry     */
-  kvidx__vec recs;  /* (pos << 32 | srec id), sorted: parents first    */
-  kvidx__vec stack; /* ancestors to invent, deepest first              */
-  kvidx__vec fake;  /* invented seqs, removed at the end               */
-} kvidx__dumper;
-
-KVIDX__PRIV int kvidx__dump_store(kvidx__dumper *d, uint32_t entry, uint64_t seq, int tier, uint64_t expires) {
-  kvidx *ix = d->ix;
-  kvidx__ent *e = kvidx__ent_at(ix, entry);
-  uint32_t par = kvidx__ld(&e->parent);
-  uint64_t pseq = 0, *pp = par == KVIDX__NONE ? NULL : kvidx__dmap_get(&d->map, par);
-  kvidx_block b;
-  kvidx_event ev;
-  if (pp) pseq = *pp;
-  b.local = kvidx__ld(&e->local);
-  b.seq = seq;
-  memset(&ev, 0, sizeof ev);
-  ev.event_id = d->next_id++;
-  ev.worker_id = kvidx__ld(&ix->slots[d->slot].id);
-  ev.dp_rank = kvidx__ld(&ix->slots[d->slot].rank);
-  ev.type = KVIDX_EV_STORED;
-  ev.tier = tier;
-  ev.parent = pp ? &pseq : NULL;
-  ev.blocks = &b;
-  ev.n = 1;
-  ev.expires_at = expires;
-  return d->emit(d->ctx, &ev) ? KVIDX_EIO : KVIDX_OK;
-}
-
-/* Invent a seq for a stand-in ancestor: not one the worker holds, not one
- * invented before. */
-KVIDX__PRIV uint64_t kvidx__dump_fake_seq(kvidx__dumper *d, uint64_t chain) {
-  uint64_t c = kvidx__mix(chain ^ 0x6b76696478667331ull);
-  for (;;) {
-    size_t i;
-    int clash = kvidx__pool_find(&d->ix->S, d->slot, c, NULL) != NULL;
-    for (i = 0; i < d->fake.n && !clash; i++) clash = d->fake.v[i] == c;
-    if (!clash) return c;
-    c = kvidx__mix(c + 1);
-  }
-}
-
-KVIDX__PRIV int kvidx__dump_worker(kvidx__dumper *d) {
-  kvidx *ix = d->ix;
-  uint32_t r;
-  size_t i;
-  int rc;
-  d->map.n = 0;
-  if (d->map.key) memset(d->map.key, 0, d->map.cap * 8);
-  d->recs.n = d->stack.n = d->fake.n = 0;
-  d->next_id = 1;
-  for (r = ix->slots[d->slot].list; r != KVIDX__NONE; r = KVIDX__SREC(ix, r)->lnext)
-    if ((rc = kvidx__vec_push(ix, &d->recs,
-                              (KVIDX__CAST(uint64_t, kvidx__ld(&kvidx__ent_at(ix, KVIDX__SREC(ix, r)->entry)->pos)) << 32) | r)) !=
-        KVIDX_OK)
-      return rc;
-  if (d->recs.n > 1) qsort(d->recs.v, d->recs.n, 8, kvidx__cmp_u64);
-  for (i = 0; i < d->recs.n; i++) {
-    const kvidx__srec *sr = KVIDX__SREC(ix, KVIDX__CAST(uint32_t, d->recs.v[i]));
-    uint32_t a = sr->parent, t;
-    uint64_t expires = 0;
-    /* a hole: the worker lacks the parent; invent the missing ancestors */
-    while (a != KVIDX__NONE && !kvidx__dmap_get(&d->map, a)) {
-      if ((rc = kvidx__vec_push(ix, &d->stack, a)) != KVIDX_OK) return rc;
-      a = kvidx__ld(&kvidx__ent_at(ix, a)->parent);
-    }
-    while (d->stack.n) {
-      uint32_t anc = KVIDX__CAST(uint32_t, d->stack.v[--d->stack.n]);
-      uint64_t fs = kvidx__dump_fake_seq(d, kvidx__ld(&kvidx__ent_at(ix, anc)->chain));
-      if ((rc = kvidx__vec_push(ix, &d->fake, fs)) != KVIDX_OK ||
-          (rc = kvidx__dump_store(d, anc, fs, KVIDX_TIER_DEVICE, 0)) != KVIDX_OK ||
-          (rc = kvidx__dmap_put(ix, &d->map, anc, fs)) != KVIDX_OK)
-        return rc;
-    }
-    if (ix->evict == KVIDX_EVICT_EXPIRY && sr->k1 != ~KVIDX__CAST(uint64_t, 0)) expires = sr->k1;
-    for (t = 0; t <= KVIDX_TIER_DISK; t++)
-      if ((sr->tiers >> t) & 1 && (rc = kvidx__dump_store(d, sr->entry, sr->h.key, KVIDX__CAST(int, t), expires)) != KVIDX_OK)
-        return rc;
-    if (!kvidx__dmap_get(&d->map, sr->entry) && (rc = kvidx__dmap_put(ix, &d->map, sr->entry, sr->h.key)) != KVIDX_OK)
-      return rc;
-  }
-  if (d->fake.n) { /* the stand-ins go again: the holes come back */
-    kvidx_event ev;
-    memset(&ev, 0, sizeof ev);
-    ev.event_id = d->next_id++;
-    ev.worker_id = kvidx__ld(&ix->slots[d->slot].id);
-    ev.dp_rank = kvidx__ld(&ix->slots[d->slot].rank);
-    ev.type = KVIDX_EV_REMOVED;
-    ev.tier = KVIDX_TIER_ALL;
-    ev.seqs = d->fake.v;
-    ev.n = d->fake.n;
-    if (d->emit(d->ctx, &ev)) return KVIDX_EIO;
-  }
-  return KVIDX_OK;
-}
-
-/* The caller holds the writer lock (writers wait; readers go on). */
-KVIDX__PRIV int kvidx__dump_locked(kvidx *ix, kvidx_event_fn emit, void *ctx) {
-  kvidx__dumper d;
-  int rc = KVIDX_OK;
-  if (ix->kind == KVIDX_REFERENCE || ix->buffer_mode) return KVIDX_ENOTSUP;
-  memset(&d, 0, sizeof d);
-  d.ix = ix;
-  d.emit = emit;
-  d.ctx = ctx;
-  for (d.slot = 0; d.slot < ix->max_workers && rc == KVIDX_OK; d.slot++)
-    if (ix->slots[d.slot].used) rc = kvidx__dump_worker(&d);
-  if (d.map.key) kvidx__free(ix, d.map.key, d.map.cap * 16);
-  if (d.recs.v) kvidx__free(ix, d.recs.v, d.recs.cap * 8);
-  if (d.stack.v) kvidx__free(ix, d.stack.v, d.stack.cap * 8);
-  if (d.fake.v) kvidx__free(ix, d.fake.v, d.fake.cap * 8);
-  return rc;
-}
-
-KVIDX_DEF int kvidx_dump(const kvidx *cix, kvidx_event_fn emit, void *ctx) {
-  kvidx *ix = KVIDX__MUT(cix);
-  int rc;
-  if (!ix || !emit) return KVIDX_EINVAL;
-  kvidx__lock(ix);
-  rc = kvidx__dump_locked(ix, emit, ctx);
-  kvidx__unlock(ix);
-  return rc;
-}
-
-/* ---- binary snapshot --------------------------------------------------------
- * header (24 bytes): "KVIDXSNP", u32 version = 1, u32 record size = 48,
- *                    u64 reserved = 0
- * records (48 bytes each, little endian):
- *   u8 type, u8 tier, u8 has_parent, u8 0, u32 dp_rank, u64 worker_id,
- *   u64 a, u64 b, u64 c, u64 d
- *   type 1 Stored block: a parent seq, b local, c seq, d expires_at
- *   type 2 Removed:      a seq (tier 255 = every copy)
- *   type 3 event id:     a last event id
- *   type 255 end:        a number of records before it, d XXH3-64 (seed 0)
- *                        of every byte before d
- * Unknown types, flags or a short read fail the whole read. */
-#define KVIDX__SNAP_VERSION 1u
-#define KVIDX__SNAP_REC 48
-
-typedef struct {
-  kvidx_write_fn write;
-  void *ctx;
-  XXH3_state_t st;
-  uint64_t count;
-  int failed;
-} kvidx__snapw;
-
-KVIDX__PRIV void kvidx__put64(unsigned char *p, uint64_t v) { kvidx__le64(p, v); }
-KVIDX__PRIV uint32_t kvidx__get32(const unsigned char *p) {
-  return KVIDX__CAST(uint32_t, p[0]) | KVIDX__CAST(uint32_t, p[1]) << 8 | KVIDX__CAST(uint32_t, p[2]) << 16 |
-         KVIDX__CAST(uint32_t, p[3]) << 24;
-}
-KVIDX__PRIV uint64_t kvidx__get64(const unsigned char *p) {
-  uint64_t v = 0;
-  int i;
-  for (i = 7; i >= 0; i--) v = (v << 8) | p[i];
-  return v;
-}
-
-KVIDX__PRIV int kvidx__snap_out(kvidx__snapw *w, const unsigned char *buf, size_t len) {
-  if (w->failed) return KVIDX_EIO;
-  XXH3_64bits_update(&w->st, buf, len);
-  if (w->write(w->ctx, buf, len)) w->failed = 1;
-  return w->failed ? KVIDX_EIO : KVIDX_OK;
-}
-
-KVIDX__PRIV void kvidx__snap_rec(unsigned char *r, int type, int tier, int has_parent, uint32_t rank, uint64_t worker,
-                                 uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
-  memset(r, 0, KVIDX__SNAP_REC);
-  r[0] = KVIDX__CAST(unsigned char, type);
-  r[1] = KVIDX__CAST(unsigned char, tier);
-  r[2] = KVIDX__CAST(unsigned char, has_parent);
-  r[4] = KVIDX__CAST(unsigned char, rank);
-  r[5] = KVIDX__CAST(unsigned char, rank >> 8);
-  r[6] = KVIDX__CAST(unsigned char, rank >> 16);
-  r[7] = KVIDX__CAST(unsigned char, rank >> 24);
-  kvidx__put64(r + 8, worker);
-  kvidx__put64(r + 16, a);
-  kvidx__put64(r + 24, b);
-  kvidx__put64(r + 32, c);
-  kvidx__put64(r + 40, d);
-}
-
-KVIDX__PRIV int kvidx__snap_emit(void *ctx, const kvidx_event *ev) {
-  kvidx__snapw *w = KVIDX__CAST(kvidx__snapw *, ctx);
-  unsigned char r[KVIDX__SNAP_REC];
-  size_t i;
-  for (i = 0; i < ev->n; i++) {
-    if (ev->type == KVIDX_EV_STORED)
-      kvidx__snap_rec(r, 1, ev->tier, ev->parent != NULL, ev->dp_rank, ev->worker_id, ev->parent ? *ev->parent : 0,
-                      ev->blocks[i].local, ev->blocks[i].seq, ev->expires_at);
-    else
-      kvidx__snap_rec(r, 2, KVIDX_TIER_ALL, 0, ev->dp_rank, ev->worker_id, ev->seqs[i], 0, 0, 0);
-    if (kvidx__snap_out(w, r, KVIDX__SNAP_REC) != KVIDX_OK) return 1;
-    w->count++;
-  }
-  return 0;
-}
-
-KVIDX_DEF int kvidx_snapshot_write(const kvidx *cix, kvidx_write_fn write, void *ctx) {
-  kvidx *ix = KVIDX__MUT(cix);
-  kvidx__snapw w;
-  unsigned char h[24], r[KVIDX__SNAP_REC];
-  uint32_t i;
-  int rc;
-  if (!ix || !write) return KVIDX_EINVAL;
-  memset(&w, 0, sizeof w);
-  w.write = write;
-  w.ctx = ctx;
-  XXH3_INITSTATE(&w.st);
-  XXH3_64bits_reset(&w.st);
-  memset(h, 0, sizeof h);
-  memcpy(h, "KVIDXSNP", 8);
-  h[8] = KVIDX__SNAP_VERSION;
-  h[12] = KVIDX__SNAP_REC;
-  if ((rc = kvidx__snap_out(&w, h, sizeof h)) != KVIDX_OK) return rc;
-  /* holdings and event ids from one moment: writers wait for the whole
-   * write (buffer in memory and flush afterwards if your sink is slow) */
-  kvidx__lock(ix);
-  rc = kvidx__dump_locked(ix, kvidx__snap_emit, &w);
-  for (i = 0; rc == KVIDX_OK && i <= ix->evtab_mask; i++) /* each worker's last event id */
-    if (ix->evtab[i].used) {
-      kvidx__snap_rec(r, 3, 0, 0, ix->evtab[i].rank, ix->evtab[i].id, ix->evtab[i].last, 0, 0, 0);
-      rc = kvidx__snap_out(&w, r, KVIDX__SNAP_REC);
-      w.count++;
-    }
-  kvidx__unlock(ix);
-  if (rc != KVIDX_OK) return w.failed ? KVIDX_EIO : rc;
-  kvidx__snap_rec(r, 255, 0, 0, 0, 0, w.count, 0, 0, 0);
-  XXH3_64bits_update(&w.st, r, 40);
-  kvidx__put64(r + 40, XXH3_64bits_digest(&w.st));
-  if (w.write(w.ctx, r, KVIDX__SNAP_REC)) return KVIDX_EIO;
-  return KVIDX_OK;
-}
-
-/* Empty the index (every worker, every event id): a failed read's cleanup. */
-KVIDX__PRIV void kvidx__empty(kvidx *ix) {
-  uint32_t i;
-  for (i = 0; i < ix->max_workers; i++) {
-    if (ix->kind == KVIDX_REFERENCE) {
-      if (ix->ref->w[i].live) kvidx__ref_clear_worker(ix, &ix->ref->w[i]);
-    } else if (ix->slots[i].used) {
-      kvidx__lock(ix);
-      kvidx__ix_clear_slot(ix, i);
-      kvidx__unlock(ix);
-    }
-  }
-  memset(ix->evtab, 0, sizeof(kvidx__evid) * (ix->evtab_mask + 1));
-  ix->evtab_n = 0;
-}
-
-/* Streams may return less than asked (pipes, sockets): read until len bytes
- * or the end of the stream (a 0 return). */
-KVIDX__PRIV size_t kvidx__read_full(kvidx_read_fn read, void *ctx, unsigned char *buf, size_t len) {
-  size_t got = 0;
-  while (got < len) {
-    size_t k = read(ctx, buf + got, len - got);
-    if (k == 0 || k > len - got) break;
-    got += k;
-  }
-  return got;
-}
-
-KVIDX__PRIV int kvidx__snap_read_all(kvidx *ix, kvidx_read_fn read, void *ctx) {
-  unsigned char h[24], r[KVIDX__SNAP_REC];
-  XXH3_state_t st;
-  uint64_t count = 0;
-  XXH3_INITSTATE(&st);
-  XXH3_64bits_reset(&st);
-  if (kvidx__read_full(read, ctx, h, sizeof h) != sizeof h) return KVIDX_ETRUNCATED;
-  if (memcmp(h, "KVIDXSNP", 8)) return KVIDX_ECORRUPT;
-  if (kvidx__get64(h + 8) != (KVIDX__SNAP_VERSION | (KVIDX__CAST(uint64_t, KVIDX__SNAP_REC) << 32)))
-    return kvidx__get32(h + 8) != KVIDX__SNAP_VERSION
-               ? KVIDX_EVERSION
-               : KVIDX_ECORRUPT;
-  if (kvidx__get64(h + 16)) return KVIDX_ECORRUPT;
-  XXH3_64bits_update(&st, h, sizeof h);
-  for (;;) {
-    uint32_t rank;
-    uint64_t worker, a, b, c, d;
-    int rc;
-    if (kvidx__read_full(read, ctx, r, sizeof r) != sizeof r) return KVIDX_ETRUNCATED;
-    rank = kvidx__get32(r + 4);
-    worker = kvidx__get64(r + 8);
-    a = kvidx__get64(r + 16);
-    b = kvidx__get64(r + 24);
-    c = kvidx__get64(r + 32);
-    d = kvidx__get64(r + 40);
-    if (r[0] == 255) {
-      XXH3_64bits_update(&st, r, 40);
-      if (a != count || d != XXH3_64bits_digest(&st) || r[1] || r[2] || r[3] || rank || worker || b || c)
-        return KVIDX_ECORRUPT;
-      return KVIDX_OK;
-    }
-    XXH3_64bits_update(&st, r, sizeof r);
-    count++;
-    if (r[3]) return KVIDX_ECORRUPT;
-    if (r[0] == 1) {
-      kvidx_block blk;
-      if (r[1] > KVIDX_TIER_DISK || r[2] > 1 || (!r[2] && a) || (d && ix->evict != KVIDX_EVICT_EXPIRY))
-        return KVIDX_ECORRUPT;
-      blk.local = b;
-      blk.seq = c;
-      rc = kvidx__store(ix, worker, rank, r[2] ? &a : NULL, &blk, 1, r[1], d);
-      if (rc == KVIDX_ENOPARENT) return KVIDX_ECORRUPT; /* parents come first in a sound snapshot */
-      if (rc != KVIDX_OK) return rc;
-    } else if (r[0] == 2) {
-      if (r[1] != KVIDX_TIER_ALL || r[2] || b || c || d) return KVIDX_ECORRUPT;
-      if (kvidx__remove(ix, worker, rank, &a, 1, KVIDX_TIER_ALL) != KVIDX_OK) return KVIDX_ECORRUPT;
-    } else if (r[0] == 3) {
-      kvidx__evid *e;
-      if (r[1] || r[2] || b || c || d || kvidx__ev_find(ix, worker, rank)) return KVIDX_ECORRUPT;
-      kvidx__lock(ix);
-      e = kvidx__ev_put(ix, worker, rank);
-      e->last = a;
-      kvidx__unlock(ix);
-    } else {
-      return KVIDX_ECORRUPT;
-    }
-  }
-}
-
-KVIDX_DEF int kvidx_snapshot_read(kvidx *ix, kvidx_read_fn read, void *ctx) {
-  kvidx_stats st;
-  int rc;
-  if (!ix || !read) return KVIDX_EINVAL;
-  kvidx_get_stats(ix, &st);
-  if (st.blocks || ix->evtab_n) return KVIDX_EINVAL; /* the target must be empty */
-  rc = kvidx__snap_read_all(ix, read, ctx);
-  if (rc != KVIDX_OK) kvidx__empty(ix);
-  return rc;
+  kvidx__free(ix, ix->ref, sizeof(kvidx__ref));
 }
 
 #endif /* KVIDX__IMPLEMENTED */

@@ -17,7 +17,7 @@
 
 #define MAX_BLOCKS 2048u     /* (worker, block) holdings */
 #define MAX_WORKERS 8u
-#define ARENA_BYTES (1u << 20) /* 1 MiB reserved at link time */
+#define ARENA_BYTES (2u << 20) /* 2 MiB reserved at link time */
 #define BLOCK 16u
 #define PROMPT_BLOCKS 64u
 

