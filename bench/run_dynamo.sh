@@ -8,13 +8,16 @@
 #   4. answers: every query's worker:score line, kvidx (each kind) vs arena_c.
 # All in one run, so the ratios compare like with like on a shared machine.
 # Writes $OUT/dynamo.md.  Usage: run_dynamo.sh BENCH_BIN TRACE OUT_DIR
-# Environment: REPS (5), DYNAMO_ANCHOR (../shared/anchors/dynamo), CONFIGS
+# Environment: REPS (5), ROUNDS (1: with N > 1 every backend runs N times,
+# interleaved, and the run with the median secs is reported: fairer when other
+# jobs load the machine unevenly), DYNAMO_ANCHOR (../shared/anchors/dynamo), CONFIGS
 # (lines "label|kvidx-bench workload flags"), KINDS, BACKENDS.
 set -u
 BIN=${1:-build/kvidx-bench}
 TRACE=${2:-bench/data/mooncake_conversation_trace.jsonl.gz}
 OUT=${3:-bench/results}
 REPS=${REPS:-5}
+ROUNDS=${ROUNDS:-1}
 ANCHOR=${DYNAMO_ANCHOR:-../shared/anchors/dynamo}
 KINDS=${KINDS:-positional radix reference}
 BACKENDS=${BACKENDS:-arena_c positional crt}
@@ -59,7 +62,7 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //')
   echo "  (${DYN:-not available}; release, LTO, target-cpu=native)."
   echo "- Both: parsing before the clock; each repetition into a fresh index (created and"
   echo "  destroyed outside the clock); secs = wall time applying every line in file order;"
-  echo "  the median of $REPS repetitions; latency = one find_matches call; p = sorted[p*queries/1000];"
+  echo "  the median of $REPS repetitions$( [ "$ROUNDS" -gt 1 ] && echo " (and of $ROUNDS interleaved runs of each tool)"); latency = one find_matches call; p = sorted[p*queries/1000];"
   echo "  block-ops = sum of n over S, R and Q lines; checksum = sum of all scores. Both use glibc"
   echo "  malloc with default settings (dynamo-replay sets no global allocator)."
   echo "- bytes/held block: kvidx_get_stats().bytes / .blocks taken at the peak of held blocks"
@@ -78,18 +81,30 @@ printf '%s\n' "$CONFIGS" | while IFS='|' read -r label flags; do
   wrote=$("$BIN" -q --trace "$TRACE" $flags --write-events "$f" </dev/null) || { echo "!!! $label: write failed"; echo FAIL >>"$TMP/fail"; continue; }
   echo "$wrote"
   echo "[$label]" >>"$TMP/stderr"
+  : >"$TMP/all"
+  r=0
+  while [ $r -lt "$ROUNDS" ]; do
+    r=$((r + 1))
+    for k in $KINDS; do
+      l=$("$BIN" --replay "$f" --kind "$k" --time "$REPS" 2>>"$TMP/stderr" </dev/null) || { echo "!!! kvidx $k failed"; echo FAIL >>"$TMP/fail"; }
+      echo "$l"
+      [ -n "$l" ] && echo "$l" >>"$TMP/all"
+    done
+    if [ -n "$DYN" ]; then
+      for b in $BACKENDS; do
+        l=$("$DYN" "$f" "$b" --time "$REPS" 2>>"$TMP/stderr" </dev/null) || { echo "!!! dynamo $b failed"; echo FAIL >>"$TMP/fail"; }
+        echo "$l"
+        [ -n "$l" ] && echo "$l" >>"$TMP/all"
+      done
+    fi
+  done
+  # per backend, the round with the median secs (sorted ascending, index n/2)
   : >"$TMP/lines"
-  for k in $KINDS; do
-    l=$("$BIN" --replay "$f" --kind "$k" --time "$REPS" 2>>"$TMP/stderr" </dev/null) || { echo "!!! kvidx $k failed"; echo FAIL >>"$TMP/fail"; }
-    echo "$l"
-    [ -n "$l" ] && echo "$l" >>"$TMP/lines"
+  for b in $(cut -d' ' -f1 "$TMP/all" | awk '!seen[$0]++'); do
+    grep "^$b " "$TMP/all" | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^secs=/) print substr($i, 6), $0 }' |
+      sort -g | cut -d' ' -f2- | awk '{ l[NR] = $0 } END { print l[int(NR / 2) + 1] }' >>"$TMP/lines"
   done
   if [ -n "$DYN" ]; then
-    for b in $BACKENDS; do
-      l=$("$DYN" "$f" "$b" --time "$REPS" 2>>"$TMP/stderr" </dev/null) || { echo "!!! dynamo $b failed"; echo FAIL >>"$TMP/fail"; }
-      echo "$l"
-      [ -n "$l" ] && echo "$l" >>"$TMP/lines"
-    done
     "$DYN" "$f" arena_c >"$TMP/answers" 2>>"$TMP/stderr" </dev/null
     ans=""
     for k in $KINDS; do
