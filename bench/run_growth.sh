@@ -51,6 +51,9 @@ for k in $KINDS; do
   run "growth to $GROWTH_BLOCKS held blocks, $k, $READERS reader(s)" \
     --growth --kind "$k" --growth-blocks "$GROWTH_BLOCKS" --growth-workers 256 --growth-len 64 --readers "$READERS"
 done
+# the library's own stalls, without a reader thread competing for the cores
+run "growth to $GROWTH_BLOCKS held blocks, positional, no reader" \
+  --growth --kind positional --growth-blocks "$GROWTH_BLOCKS" --growth-workers 256 --growth-len 64 --readers 0
 for k in $KINDS; do
   run "writer scaling, $k, W16 C2048 F1" -q --trace "$TRACE" -W 16 -C 2048 -F 1 --scaling --kind "$k" \
     --scale-writers "$SCALE_WRITERS" --readers "$READERS" --mixed-writers 1 --conc-time "$CONC_TIME"
