@@ -3,7 +3,10 @@
 # deps).  Targets:
 #   make bench        standard suite (< 5 min on 2 cores) -> bench/results/latest.md
 #   make demo-bench   routing showcase: kvidx-guided vs random cache-hit rate
-#   make test-bench   smoke test: kinds must agree on every score (< 20 s)
+#   make bench-dynamo side by side with Dynamo's indexers (dynamo-replay) on the
+#                     same event files -> bench/results/dynamo.md (a few minutes)
+#   make bench-growth growth latency to 4M blocks + writer scaling -> bench/results/growth.md
+#   make test-bench   smoke test: kinds must agree on every score (< 30 s)
 # Tool help: build/kvidx-bench --help.  Docs: bench/README.md.
 
 BENCH_TRACE  ?= bench/data/mooncake_conversation_trace.jsonl.gz
@@ -11,7 +14,7 @@ BENCH_SRC    := bench/kvidx-bench.c
 BENCH_CFLAGS ?= $(CFLAGS_BASE)
 BENCH_LIBS   := $(PTHREAD) -lm
 
-.PHONY: bench demo-bench test-bench
+.PHONY: bench demo-bench test-bench bench-dynamo bench-growth
 
 $(BUILD)/kvidx-bench: $(BENCH_SRC) kvidx.h | deps
 	@mkdir -p $(BUILD)
@@ -28,6 +31,15 @@ $(BUILD)/kvidx-bench-nothreads: $(BENCH_SRC) kvidx.h | deps
 
 bench: $(BUILD)/kvidx-bench
 	@sh bench/run_suite.sh $(BUILD)/kvidx-bench $(BENCH_TRACE) bench/results
+
+# kvidx and Dynamo's indexers on identical event files, in one run.  Needs
+# ../shared/anchors/dynamo (its build.sh builds dynamo-replay); without it the
+# Dynamo side is skipped with a note.
+bench-dynamo: $(BUILD)/kvidx-bench
+	@sh bench/run_dynamo.sh $(BUILD)/kvidx-bench $(BENCH_TRACE) bench/results
+
+bench-growth: $(BUILD)/kvidx-bench
+	@sh bench/run_growth.sh $(BUILD)/kvidx-bench $(BENCH_TRACE) bench/results
 
 demo-bench: $(BUILD)/kvidx-bench
 	@$(BUILD)/kvidx-bench --demo --trace $(BENCH_TRACE) -W 16 -C 2048
@@ -54,6 +66,11 @@ test-bench: $(BUILD)/kvidx-bench $(BUILD)/kvidx-bench-nothreads $(if $(CLANG),$(
 	grep -q '5 requests, 8 prompt blocks' $(BENCH_LOG) || { echo "test-bench: odd_format.jsonl misparsed"; exit 1; }; \
 	echo "test-bench: trace parser: malformed input is rejected"; \
 	if $$b --trace bench/tests/malformed.jsonl -q >/dev/null 2>&1; then echo "test-bench: malformed trace accepted"; exit 1; fi; \
+	run "event file: write, replay (--time, --expect), malformed lines" \
+	  sh bench/test_events.sh $$b $(BUILD) $(BENCH_SMOKE); \
+	run "growth with a reader (answers checked)" $$b --growth --growth-blocks 30000 --growth-workers 16 --readers 1; \
+	run "writer scaling" $$b $(BENCH_SMOKE) --scaling --scale-writers 1,2 --readers 1 --conc-time 0.1; \
+	grep -q 'fraction_of_alone=' $(BENCH_LOG) || { echo "test-bench: no scaling line"; exit 1; }; \
 	run "demo" $$b --demo --trace $(BENCH_TRACE) --max-requests 3000 -W 8 -C 512; \
 	run "KVIDX_NO_THREADS build" $(BUILD)/kvidx-bench-nothreads $(BENCH_SMOKE); \
 	if [ -n "$(CLANG)" ]; then run "clang build" $(BUILD)/kvidx-bench-clang $(BENCH_SMOKE); fi; \

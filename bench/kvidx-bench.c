@@ -369,6 +369,17 @@ typedef struct {
   int demo;
   size_t check_every;
   size_t dump_from, dump_to;
+  const char *write_events; /* --write-events FILE */
+  const char *replay;       /* --replay FILE */
+  int replay_kind;          /* --kind (replay, growth) */
+  int replay_reps;          /* --time REPS */
+  const char *expect;       /* --expect ANSWERS */
+  int growth;               /* --growth */
+  size_t growth_blocks;
+  uint32_t growth_workers, growth_len;
+  int scaling; /* --scaling */
+  int scale_writers[16], nscale;
+  int mixed_writers;
   int argc;
   char **argv;
 } opts_t;
@@ -1628,6 +1639,10 @@ static int report(const bench_t *B, result_t *res, int nres, size_t prefix_at, F
     printf("ratios: %s\n", rl);
     if (md) fprintf(md, "- Ratios: %s.\n", rl);
   }
+  printf("score sums (= --replay --time checksum):");
+  for (int i = 0; i < nres; i++)
+    printf(" %s=%" PRIu64 "%s", kind_name(res[i].kind), res[i].depth_sum, res[i].full ? "" : "(prefix)");
+  printf("\n");
   printf("(timer overhead ~%" PRIu64 " ns is included in each latency; '*' = throughput from the timed pass)\n",
          g_timer_overhead);
   return fail;
@@ -1716,6 +1731,704 @@ static void dump_ops(const bench_t *B, size_t from, size_t to) {
   }
 }
 
+/* ---- event files: the format of Dynamo's replay tool ------------------------------
+ * One event per line, decimal u64, single spaces (see bench/README.md):
+ *   S worker parent|- n local seq local seq ...
+ *   R worker n seq seq ...
+ *   C worker
+ *   Q n local local ...
+ * --write-events writes the mock engine's op stream in this form; --replay reads
+ * such a file and times kvidx on it with the conventions of dynamo-replay --time,
+ * so the two tools' lines compare field by field. */
+typedef struct {
+  FILE *f;
+  size_t n;
+  char buf[1u << 16];
+} ewriter_t;
+
+static void ew_flush(ewriter_t *w) {
+  if (w->n && fwrite(w->buf, 1, w->n, w->f) != w->n) die("write failed: %s", strerror(errno));
+  w->n = 0;
+}
+static void ew_char(ewriter_t *w, char c) {
+  if (w->n == sizeof w->buf) ew_flush(w);
+  w->buf[w->n++] = c;
+}
+/* a space, then v in decimal */
+static void ew_u64(ewriter_t *w, uint64_t v) {
+  char t[24];
+  int i = 0;
+  do t[i++] = (char)('0' + v % 10), v /= 10;
+  while (v);
+  if (w->n + 24 > sizeof w->buf) ew_flush(w);
+  w->buf[w->n++] = ' ';
+  while (i) w->buf[w->n++] = t[--i];
+}
+
+static void write_events(const bench_t *B, const char *path) {
+  if (B->o->R != 1) die("--write-events: the file format has no dp rank (use --dp-ranks 1)");
+  ewriter_t *w = xcalloc(1, sizeof *w);
+  w->f = fopen(path, "w");
+  if (!w->f) die("cannot write %s: %s", path, strerror(errno));
+  for (size_t i = 0; i < B->nops; i++) {
+    const op_t *op = &B->ops[i];
+    switch (op->type) {
+    case OP_QUERY:
+      ew_char(w, 'Q');
+      ew_u64(w, op->n);
+      for (uint32_t j = 0; j < op->n; j++) ew_u64(w, B->locals[op->off + j]);
+      break;
+    case OP_STORE:
+      ew_char(w, 'S');
+      ew_u64(w, worker_id_of(B, op->worker));
+      if (op->has_parent) ew_u64(w, op->parent);
+      else ew_char(w, ' '), ew_char(w, '-');
+      ew_u64(w, op->n);
+      for (uint32_t j = 0; j < op->n; j++) {
+        ew_u64(w, B->blocks[op->off + j].local);
+        ew_u64(w, B->blocks[op->off + j].seq);
+      }
+      break;
+    case OP_REMOVE:
+      ew_char(w, 'R');
+      ew_u64(w, worker_id_of(B, op->worker));
+      ew_u64(w, op->n);
+      for (uint32_t j = 0; j < op->n; j++) ew_u64(w, B->rm[op->off + j]);
+      break;
+    default:
+      ew_char(w, 'C');
+      ew_u64(w, worker_id_of(B, op->worker));
+      break;
+    }
+    ew_char(w, '\n');
+  }
+  ew_flush(w);
+  if (fclose(w->f) != 0) die("write %s failed: %s", path, strerror(errno));
+  free(w);
+}
+
+/* A parsed event file: ops in file order; op_t.worker indexes wid[]; op_t.off
+ * points into blocks (S) or words (R seqs, Q locals). */
+typedef struct {
+  op_t *ops;
+  size_t nops, capops;
+  kvidx_block *blocks;
+  size_t nblocks, capblocks;
+  uint64_t *words;
+  size_t nwords, capwords;
+  uint64_t *wid;
+  size_t nwid, capwid;
+  idmap_t wmap; /* worker id -> index into wid */
+  size_t nq, ne;
+  uint64_t block_ops;
+} efile_t;
+
+/* reads one decimal u64 token preceded by spaces; 0 on malformed input */
+static int rd_u64(const char **pp, uint64_t *out) {
+  const char *p = *pp;
+  while (*p == ' ' || *p == '\t') p++;
+  if (*p < '0' || *p > '9') return 0;
+  uint64_t v = 0;
+  for (; *p >= '0' && *p <= '9'; p++) {
+    unsigned d = (unsigned)(*p - '0');
+    if (v > (UINT64_MAX - d) / 10) return 0;
+    v = v * 10 + d;
+  }
+  if (*p && *p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') return 0;
+  *pp = p;
+  *out = v;
+  return 1;
+}
+
+static uint32_t efile_worker(efile_t *E, uint64_t id) {
+  if (2 * (E->nwid + 1) > E->wmap.mask + 1) { /* grow the map: rehash */
+    idmap_t old = E->wmap;
+    idmap_init(&E->wmap, 2 * (E->nwid + 1));
+    for (size_t i = 0; old.vals && i <= old.mask; i++)
+      if (old.vals[i] != NIL) *idmap_slot(&E->wmap, old.keys[i]) = old.vals[i];
+    free(old.keys), free(old.vals);
+  }
+  uint32_t *v = idmap_slot(&E->wmap, id);
+  if (*v == NIL) {
+    reserve(&E->wid, &E->capwid, E->nwid + 1, sizeof *E->wid);
+    E->wid[E->nwid] = id;
+    *v = (uint32_t)E->nwid++;
+  }
+  return *v;
+}
+
+static void load_events(efile_t *E, const char *path) {
+  memset(E, 0, sizeof *E);
+  FILE *f = fopen(path, "r");
+  if (!f) die("cannot open %s: %s", path, strerror(errno));
+  char *line = NULL;
+  size_t cap = 0, lineno = 0;
+  ssize_t len;
+  while ((len = getline(&line, &cap, f)) >= 0) {
+    lineno++;
+    const char *p = line;
+    while (*p == ' ' || *p == '\t') p++;
+    if (*p == '\n' || *p == '\r' || !*p) continue;
+    char tag = *p++;
+    op_t op;
+    memset(&op, 0, sizeof op);
+    uint64_t w = 0, n = 0;
+    /* every number takes at least two characters: n is bounded by the line */
+#define BAD() die("%s:%zu: malformed event line", path, lineno)
+#define NUM(x) do { if (!rd_u64(&p, &(x))) BAD(); } while (0)
+    if (tag == 'S') {
+      NUM(w);
+      while (*p == ' ' || *p == '\t') p++;
+      if (*p == '-') {
+        p++;
+        if (*p != ' ' && *p != '\t') BAD();
+      } else {
+        NUM(op.parent);
+        op.has_parent = 1;
+      }
+      NUM(n);
+      if (n == 0 || n > (uint64_t)len / 4 || n > UINT32_MAX) BAD();
+      reserve(&E->blocks, &E->capblocks, E->nblocks + n, sizeof *E->blocks);
+      op.type = OP_STORE, op.off = E->nblocks, op.n = (uint32_t)n;
+      for (uint64_t j = 0; j < n; j++) {
+        NUM(E->blocks[E->nblocks + j].local);
+        NUM(E->blocks[E->nblocks + j].seq);
+      }
+      E->nblocks += n;
+    } else if (tag == 'R' || tag == 'Q') {
+      if (tag == 'R') NUM(w);
+      NUM(n);
+      if ((tag == 'R' && n == 0) || n > (uint64_t)len / 2 || n > UINT32_MAX) BAD();
+      reserve(&E->words, &E->capwords, E->nwords + n, sizeof *E->words);
+      op.type = tag == 'R' ? OP_REMOVE : OP_QUERY, op.off = E->nwords, op.n = (uint32_t)n;
+      for (uint64_t j = 0; j < n; j++) NUM(E->words[E->nwords + j]);
+      E->nwords += n;
+    } else if (tag == 'C') {
+      NUM(w);
+      op.type = OP_CLEAR;
+    } else {
+      BAD();
+    }
+    while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n') p++;
+    if (*p) BAD(); /* trailing garbage */
+#undef NUM
+#undef BAD
+    if (op.type != OP_QUERY) op.worker = efile_worker(E, w), E->ne++;
+    else E->nq++;
+    E->block_ops += op.n;
+    reserve(&E->ops, &E->capops, E->nops + 1, sizeof *E->ops);
+    E->ops[E->nops++] = op;
+  }
+  free(line);
+  if (ferror(f)) die("read %s failed", path);
+  fclose(f);
+}
+
+static void free_events(efile_t *E) {
+  free(E->ops), free(E->blocks), free(E->words), free(E->wid);
+  free(E->wmap.keys), free(E->wmap.vals);
+}
+
+static inline int apply_file_event(kvidx *ix, const efile_t *E, const op_t *op) {
+  uint64_t wid = E->wid[op->worker];
+  switch (op->type) {
+  case OP_STORE:
+    return kvidx_store(ix, wid, 0, op->has_parent ? &op->parent : NULL, E->blocks + op->off, op->n);
+  case OP_REMOVE: return kvidx_remove(ix, wid, 0, E->words + op->off, op->n);
+  case OP_CLEAR: return kvidx_clear(ix, wid, 0);
+  default: return KVIDX_EINVAL;
+  }
+}
+
+/* an index with the default config except the kind (as a user would) */
+static kvidx *make_default_index(int kind) {
+  kvidx_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.kind = kind;
+  kvidx *ix = NULL;
+  int rc = kvidx_create(&ix, &cfg);
+  if (rc != KVIDX_OK || !ix) die("kvidx_create(kind=%s) failed: %s", kind_name(kind), kvidx_strerror(rc));
+  return ix;
+}
+
+typedef struct {
+  double secs;
+  uint64_t checksum, errors;
+  uint64_t *lat;
+} frep_t;
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+static int cmp_frep(const void *a, const void *b) {
+  double x = ((const frep_t *)a)->secs, y = ((const frep_t *)b)->secs;
+  return (x > y) - (x < y);
+}
+/* dynamo-replay's percentile rule: sorted[p * n / 1000] */
+static uint64_t pct_permille(const uint64_t *s, size_t n, uint64_t p) {
+  if (!n) return 0;
+  size_t i = (size_t)((uint64_t)n * p / 1000);
+  return s[i < n ? i : n - 1];
+}
+
+/* One timed replay into a fresh index: creation and destruction outside the
+ * clock, every line applied in file order inside it, each find_matches timed. */
+static void replay_file_rep(const efile_t *E, int kind, frep_t *r, kvidx_score *sc, size_t cap) {
+  kvidx *ix = make_default_index(kind);
+  uint64_t cs = 0, errs = 0;
+  size_t q = 0;
+  uint64_t t0 = now_ns();
+  for (size_t i = 0; i < E->nops; i++) {
+    const op_t *op = &E->ops[i];
+    if (op->type == OP_QUERY) {
+      uint64_t a = now_ns();
+      size_t m = kvidx_find_matches(ix, E->words + op->off, op->n, sc, cap);
+      uint64_t b = now_ns();
+      r->lat[q++] = b - a;
+      if (m > cap) m = cap;
+      for (size_t j = 0; j < m; j++) cs += sc[j].depth;
+    } else {
+      errs += apply_file_event(ix, E, op) != KVIDX_OK;
+    }
+  }
+  r->secs = (double)(now_ns() - t0) / 1e9;
+  kvidx_destroy(ix);
+  r->checksum = cs, r->errors = errs;
+}
+
+/* formats one query's answer as dynamo-replay does: worker:score, score desc,
+ * worker asc, zero scores omitted */
+static size_t format_scores(char **buf, size_t *cap, const kvidx_score *sc, size_t m) {
+  size_t at = 0;
+  reserve(buf, cap, m * 32 + 2, 1);
+  for (size_t j = 0; j < m; j++) {
+    if (!sc[j].depth) continue;
+    at += (size_t)snprintf(*buf + at, *cap - at, "%s%" PRIu64 ":%u", at ? " " : "", sc[j].worker_id, sc[j].depth);
+  }
+  (*buf)[at] = 0;
+  return at;
+}
+
+/* --replay FILE [--kind K] [--time REPS | --expect ANSWERS] */
+static int run_replay(const opts_t *o) {
+  uint64_t t0 = now_ns();
+  efile_t E;
+  load_events(&E, o->replay);
+  double tparse = (double)(now_ns() - t0) / 1e9;
+  int kind = o->replay_kind;
+  size_t cap = E.nwid ? E.nwid : 1;
+  kvidx_score *sc = xcalloc(cap, sizeof *sc);
+  char name[32];
+  snprintf(name, sizeof name, "kvidx-%s", kind_name(kind));
+  int fail = 0;
+  if (o->replay_reps) {
+    int reps = o->replay_reps;
+    frep_t *rs = xcalloc((size_t)reps, sizeof *rs);
+    for (int i = 0; i < reps; i++) {
+      rs[i].lat = xcalloc(E.nq + 1, sizeof *rs[i].lat);
+      replay_file_rep(&E, kind, &rs[i], sc, cap);
+      if (rs[i].checksum != rs[0].checksum) die("%s: checksum differs between repetitions", name);
+    }
+    qsort(rs, (size_t)reps, sizeof *rs, cmp_frep);
+    frep_t *med = &rs[reps / 2];
+    qsort(med->lat, E.nq, sizeof *med->lat, cmp_u64);
+    /* memory, from one more (untimed) replay: kvidx_get_stats after every
+     * Stored event, taken where the most blocks are held */
+    kvidx *ix = make_default_index(kind);
+    kvidx_stats st, at_peak;
+    memset(&at_peak, 0, sizeof at_peak);
+    for (size_t i = 0; i < E.nops; i++) {
+      const op_t *op = &E.ops[i];
+      if (op->type == OP_QUERY) continue;
+      (void)apply_file_event(ix, &E, op);
+      if (op->type == OP_STORE && kvidx_get_stats(ix, &st) == KVIDX_OK && st.blocks > at_peak.blocks)
+        at_peak = st;
+    }
+    memset(&st, 0, sizeof st);
+    kvidx_get_stats(ix, &st);
+    kvidx_destroy(ix);
+    printf("backend=%s events=%zu queries=%zu block_ops=%" PRIu64 " secs=%.4f block_ops_per_s=%.0f p50_ns=%" PRIu64
+           " p99_ns=%" PRIu64 " p999_ns=%" PRIu64 " checksum=%" PRIu64 " apply_errors=%" PRIu64
+           " held_blocks_peak=%zu bytes_per_held_block=%.1f peak_bytes=%zu held_blocks_end=%zu bytes_end=%zu\n",
+           name, E.ne, E.nq, E.block_ops, med->secs, (double)E.block_ops / med->secs,
+           pct_permille(med->lat, E.nq, 500), pct_permille(med->lat, E.nq, 990),
+           pct_permille(med->lat, E.nq, 999), med->checksum, med->errors, at_peak.blocks,
+           at_peak.blocks ? (double)at_peak.bytes / (double)at_peak.blocks : 0.0, st.peak_bytes, st.blocks,
+           st.bytes);
+    fprintf(stderr, "kvidx-bench: backend=%s parse %.2fs, rep_secs(sorted)=[", name, tparse);
+    for (int i = 0; i < reps; i++) fprintf(stderr, "%s%.4f", i ? "," : "", rs[i].secs);
+    fprintf(stderr, "]; bytes_per_held_block = kvidx_get_stats().bytes / .blocks at the peak of held blocks\n");
+    fail = med->errors != 0;
+    for (int i = 0; i < reps; i++) free(rs[i].lat);
+    free(rs);
+  } else {
+    /* answers: one line per Q, as dynamo-replay prints them; with --expect,
+     * compared line by line against that file instead of printed */
+    FILE *ex = NULL;
+    if (o->expect) {
+      ex = fopen(o->expect, "r");
+      if (!ex) die("cannot open %s: %s", o->expect, strerror(errno));
+    }
+    kvidx *ix = make_default_index(kind);
+    char *buf = NULL, *eline = NULL;
+    size_t bcap = 0, ecap = 0, q = 0, differ = 0, shown = 0;
+    uint64_t errs = 0, cs = 0;
+    ewriter_t *w = ex ? NULL : xcalloc(1, sizeof *w);
+    if (w) w->f = stdout;
+    for (size_t i = 0; i < E.nops; i++) {
+      const op_t *op = &E.ops[i];
+      if (op->type != OP_QUERY) {
+        errs += apply_file_event(ix, &E, op) != KVIDX_OK;
+        continue;
+      }
+      size_t m = kvidx_find_matches(ix, E.words + op->off, op->n, sc, cap);
+      if (m > cap) m = cap;
+      for (size_t j = 0; j < m; j++) cs += sc[j].depth;
+      size_t len = format_scores(&buf, &bcap, sc, m);
+      if (w) {
+        for (size_t j = 0; j < len; j++) ew_char(w, buf[j]);
+        ew_char(w, '\n');
+      } else {
+        ssize_t el = getline(&eline, &ecap, ex);
+        if (el < 0) die("%s: fewer lines than queries (%zu)", o->expect, q);
+        while (el > 0 && (eline[el - 1] == '\n' || eline[el - 1] == '\r')) eline[--el] = 0;
+        if (strcmp(eline, buf) != 0) {
+          differ++;
+          if (shown++ < 3)
+            printf("  query #%zu (line %zu of %s) differs:\n    kvidx:    %.300s\n    expected: %.300s\n", q,
+                   i + 1, o->replay, buf, eline);
+        }
+      }
+      q++;
+    }
+    if (w) ew_flush(w), free(w);
+    if (ex) {
+      if (getline(&eline, &ecap, ex) >= 0) die("%s: more lines than queries (%zu)", o->expect, q);
+      fclose(ex);
+      printf("answers: backend=%s queries=%zu differ=%zu checksum=%" PRIu64 " apply_errors=%" PRIu64 " (vs %s)\n",
+             name, q, differ, cs, errs, o->expect);
+      fail = differ != 0;
+    }
+    fprintf(stderr, "kvidx-bench: backend=%s events=%zu queries=%zu apply_errors=%" PRIu64 " checksum=%" PRIu64 "\n",
+            name, E.ne, E.nq, errs, cs);
+    kvidx_destroy(ix);
+    free(buf), free(eline);
+    fail |= errs != 0;
+  }
+  free(sc);
+  free_events(&E);
+  return fail;
+}
+
+#if BENCH_HAVE_THREADS
+/* ---- growth latency: one index from empty to N held blocks ----------------------
+ * Synthetic stores (no removals) by many workers; every kvidx_store is timed
+ * while reader threads query chains already stored.  Each query has a known
+ * answer (the worker that stored the chain holds all of it, nothing is ever
+ * removed), so the readers also count answers that miss it. */
+typedef struct {
+  kvidx *ix;
+  const uint64_t *qlocals; /* len locals per store: the chain from the root */
+  const uint64_t *qwid;    /* the worker that stored it */
+  uint32_t len, cap;
+  _Atomic size_t *published;
+  atomic_int *stop;
+  uint64_t rng;
+  uint64_t nq, max_ns, eagain, wrong;
+  uint32_t *lat;
+  size_t nlat, caplat, seen;
+} greader_t;
+
+static void *greader_main(void *arg) {
+  greader_t *r = arg;
+  kvidx_score *sc = xcalloc(r->cap, sizeof *sc);
+  while (!atomic_load_explicit(r->stop, memory_order_relaxed)) {
+    size_t np = atomic_load_explicit(r->published, memory_order_acquire);
+    if (!np) continue;
+    size_t i = (size_t)(rng_next(&r->rng) % np);
+    size_t total = 0;
+    uint64_t a = now_ns();
+    int rc = kvidx_find_matches_ex(r->ix, r->qlocals + i * r->len, r->len, sc, r->cap, &total);
+    uint64_t dt = now_ns() - a;
+    r->nq++;
+    if (dt > r->max_ns) r->max_ns = dt;
+    uint32_t d32 = dt > UINT32_MAX ? UINT32_MAX : (uint32_t)dt;
+    if (r->nlat < r->caplat) r->lat[r->nlat++] = d32;
+    else {
+      uint64_t j = rng_next(&r->rng) % (r->seen + 1);
+      if (j < r->caplat) r->lat[j] = d32; /* reservoir sample */
+    }
+    r->seen++;
+    if (rc == KVIDX_EAGAIN) r->eagain++;
+    int found = 0;
+    size_t m = total < r->cap ? total : r->cap;
+    for (size_t j = 0; j < m; j++)
+      if (sc[j].worker_id == r->qwid[i] && sc[j].depth == r->len) found = 1;
+    if (!found && rc == KVIDX_OK) r->wrong++;
+  }
+  free(sc);
+  return NULL;
+}
+
+static int run_growth(const opts_t *o) {
+  const uint32_t W = o->growth_workers, L = o->growth_len, P = L / 4, NPREFIX = 32;
+  const size_t target = o->growth_blocks;
+  int kind = o->replay_kind;
+  if (W < 1 || W > BENCH_WORKERS_MAX || L < 2 || NPREFIX > 64) die("bad --growth-workers / --growth-len");
+  /* pre-generate every store (outside any timing) */
+  size_t maxstores = target / (L - P) + 2;
+  kvidx_block *blk = xcalloc(maxstores * L, sizeof *blk);
+  uint64_t *ql = xcalloc(maxstores * L, sizeof *ql), *qwid = xcalloc(maxstores, sizeof *qwid);
+  uint32_t *soff = xcalloc(maxstores, sizeof *soff), *sn = xcalloc(maxstores, sizeof *sn);
+  uint8_t *hasp = xcalloc(maxstores, 1);
+  uint64_t *pseq = xcalloc(maxstores, sizeof *pseq);
+  uint64_t *pref_local = xcalloc((size_t)NPREFIX * P + 1, sizeof *pref_local);
+  uint64_t *held_mask = xcalloc(W, sizeof *held_mask);
+  for (size_t i = 0; i < (size_t)NPREFIX * P; i++) pref_local[i] = mix64(0xA11CE + i);
+  uint64_t rng = o->seed * 7919 + 3, uniq = 1;
+  size_t ns = 0, held = 0, nb = 0;
+  while (held < target) {
+    uint32_t w = (uint32_t)(rng_next(&rng) % W);
+    uint32_t p = (uint32_t)(rng_next(&rng) % NPREFIX);
+    uint64_t *q = ql + ns * L, seq = 0;
+    for (uint32_t j = 0; j < L; j++) {
+      q[j] = j < P ? pref_local[(size_t)p * P + j] : mix64(0xB10C5000000000ULL + uniq++);
+      seq = j ? kvidx_seq_hash_next(seq, q[j]) : q[j];
+      blk[ns * L + j].local = q[j];
+      blk[ns * L + j].seq = seq;
+    }
+    int have = (held_mask[w] >> p) & 1;
+    held_mask[w] |= 1ull << p;
+    soff[ns] = have ? P : 0; /* the worker holds the prefix: store the rest under it */
+    sn[ns] = L - soff[ns];
+    hasp[ns] = (uint8_t)have;
+    pseq[ns] = have ? blk[ns * L + P - 1].seq : 0;
+    qwid[ns] = 1000u + w;
+    held += sn[ns];
+    nb += sn[ns];
+    ns++;
+  }
+  kvidx *ix = make_default_index(kind);
+  uint32_t *lat = xcalloc(ns, sizeof *lat);
+  _Atomic size_t published = 0;
+  atomic_int stop = 0;
+  int nr = o->readers;
+  greader_t *rs = xcalloc((size_t)(nr ? nr : 1), sizeof *rs);
+  pthread_t *rt = xcalloc((size_t)(nr ? nr : 1), sizeof *rt);
+  for (int i = 0; i < nr; i++) {
+    rs[i].ix = ix, rs[i].qlocals = ql, rs[i].qwid = qwid, rs[i].len = L, rs[i].cap = W;
+    rs[i].published = &published, rs[i].stop = &stop, rs[i].rng = 77u + (uint64_t)i;
+    rs[i].caplat = 1u << 20;
+    rs[i].lat = xcalloc(rs[i].caplat, sizeof *rs[i].lat);
+    if (pthread_create(&rt[i], NULL, greader_main, &rs[i])) die("pthread_create failed");
+  }
+  /* the writer: this thread */
+  uint64_t worst = 0, over1ms = 0, errs = 0;
+  size_t worst_at = 0, cum = 0;
+  const size_t seg = target / 8 ? target / 8 : 1;
+  uint64_t segworst[9] = {0};
+  uint64_t t0 = now_ns();
+  for (size_t i = 0; i < ns; i++) {
+    uint64_t a = now_ns();
+    int rc = kvidx_store(ix, qwid[i], 0, hasp[i] ? &pseq[i] : NULL, blk + i * L + soff[i], sn[i]);
+    uint64_t dt = now_ns() - a;
+    atomic_store_explicit(&published, i + 1, memory_order_release);
+    errs += rc != KVIDX_OK;
+    lat[i] = dt > UINT32_MAX ? UINT32_MAX : (uint32_t)dt;
+    if (dt > worst) worst = dt, worst_at = cum;
+    if (dt > 1000000) over1ms++;
+    size_t sgi = cum / seg < 8 ? cum / seg : 8;
+    if (dt > segworst[sgi]) segworst[sgi] = dt;
+    cum += sn[i];
+  }
+  double secs = (double)(now_ns() - t0) / 1e9;
+  atomic_store(&stop, 1);
+  uint64_t rq = 0, rmax = 0, reagain = 0, rwrong = 0;
+  size_t tot = 0;
+  for (int i = 0; i < nr; i++) {
+    pthread_join(rt[i], NULL);
+    rq += rs[i].nq, reagain += rs[i].eagain, rwrong += rs[i].wrong, tot += rs[i].nlat;
+    if (rs[i].max_ns > rmax) rmax = rs[i].max_ns;
+  }
+  uint32_t *all = xcalloc(tot + 1, sizeof *all);
+  size_t at = 0;
+  for (int i = 0; i < nr; i++) memcpy(all + at, rs[i].lat, rs[i].nlat * sizeof *all), at += rs[i].nlat, free(rs[i].lat);
+  qsort(all, tot, sizeof *all, cmp_u32);
+  kvidx_stats st;
+  memset(&st, 0, sizeof st);
+  kvidx_get_stats(ix, &st);
+  kvidx_destroy(ix);
+  qsort(lat, ns, sizeof *lat, cmp_u32);
+  printf("growth: kind=%s workers=%u store_blocks=%u(shared prefix %u) stores=%zu held_blocks=%zu secs=%.2f"
+         " block_ops_per_s=%.0f store_worst_ns=%" PRIu64 " store_worst_at_held=%zu store_p999_ns=%.0f"
+         " store_p99_ns=%.0f store_p50_ns=%.0f stores_over_1ms=%" PRIu64 " store_errors=%" PRIu64 "\n",
+         kind_name(kind), W, L, P, ns, nb, secs, (double)nb / secs, worst, worst_at, pct(lat, ns, 0.999),
+         pct(lat, ns, 0.99), pct(lat, ns, 0.5), over1ms, errs);
+  printf("growth: readers=%d queries=%" PRIu64 " query_max_ns=%" PRIu64 " query_p999_ns=%.0f query_p99_ns=%.0f"
+         " eagain=%" PRIu64 " wrong_answers=%" PRIu64 " bytes_per_held_block=%.1f peak_bytes=%zu\n",
+         nr, rq, rmax, pct(all, tot, 0.999), pct(all, tot, 0.99), reagain, rwrong,
+         st.blocks ? (double)st.bytes / (double)st.blocks : 0.0, st.peak_bytes);
+  printf("growth: worst store per eighth of the growth (us):");
+  for (int i = 0; i < 9; i++)
+    if (segworst[i] || i < 8) printf(" %.0f", (double)segworst[i] / 1e3);
+  printf("\n");
+  free(all), free(rs), free(rt), free(lat), free(blk), free(ql), free(qwid), free(soff), free(sn);
+  free(hasp), free(pseq), free(pref_local), free(held_mask);
+  return errs != 0 || rwrong != 0;
+}
+
+/* ---- writer scaling: N writer threads on disjoint workers ----------------------- */
+typedef struct {
+  const bench_t *B;
+  kvidx *ix;
+  size_t *idx; /* its events (op indices), in stream order */
+  size_t nidx;
+  uint32_t *workers;
+  size_t nworkers;
+  atomic_int *go, *stop;
+  uint64_t blockops, events, bad, cycles, t0, t1;
+} swriter_t;
+
+static void *swriter_main(void *arg) {
+  swriter_t *w = arg;
+  const bench_t *B = w->B;
+  while (!atomic_load(w->go)) {
+  }
+  w->t0 = now_ns();
+  for (;;) {
+    /* a cycle: drop the workers' blocks, then replay their whole history */
+    for (size_t k = 0; k < w->nworkers; k++)
+      (void)kvidx_clear(w->ix, worker_id_of(B, w->workers[k]), dp_rank_of(B, w->workers[k]));
+    w->events += w->nworkers;
+    size_t i = 0;
+    for (; i < w->nidx; i++) {
+      const op_t *op = &B->ops[w->idx[i]];
+      if (apply_event(w->ix, B, op) != KVIDX_OK) w->bad++;
+      w->blockops += op->n;
+      if ((i & 63) == 63 && atomic_load_explicit(w->stop, memory_order_relaxed)) break;
+    }
+    w->events += i;
+    if (i < w->nidx) break;
+    w->cycles++;
+    if (atomic_load_explicit(w->stop, memory_order_relaxed)) break;
+  }
+  w->t1 = now_ns();
+  return NULL;
+}
+
+static void swriters_init(const bench_t *B, kvidx *ix, swriter_t *ws, int nw, atomic_int *go, atomic_int *stop) {
+  for (int i = 0; i < nw; i++) {
+    memset(&ws[i], 0, sizeof ws[i]);
+    ws[i].B = B, ws[i].ix = ix, ws[i].go = go, ws[i].stop = stop;
+    ws[i].idx = xcalloc(B->nops, sizeof *ws[i].idx);
+    ws[i].workers = xcalloc(B->K, sizeof *ws[i].workers);
+    for (uint32_t k = (uint32_t)i; k < B->K; k += (uint32_t)nw) ws[i].workers[ws[i].nworkers++] = k;
+    for (size_t j = 0; j < B->nops; j++)
+      if (B->ops[j].type != OP_QUERY && B->ops[j].worker % (uint32_t)nw == (uint32_t)i) ws[i].idx[ws[i].nidx++] = j;
+  }
+}
+
+/* runs nw writers and nr readers for `seconds`; readers' stats into *rq */
+static void run_mixed(const bench_t *B, kvidx *ix, swriter_t *ws, int nw, int nr, double seconds, rstat_t *rq,
+                      double *wtotal) {
+  atomic_int go = 0, stop = 0;
+  swriters_init(B, ix, ws, nw, &go, &stop);
+  reader_t *rs = xcalloc((size_t)(nr ? nr : 1), sizeof *rs);
+  pthread_t *rt = xcalloc((size_t)(nr ? nr : 1), sizeof *rt), *wt = xcalloc((size_t)(nw ? nw : 1), sizeof *wt);
+  for (int i = 0; i < nr; i++) {
+    rs[i].B = B, rs[i].ix = ix, rs[i].go = &go, rs[i].stop = &stop;
+    rs[i].start = (B->n_queries / (size_t)nr) * (size_t)i;
+    rs[i].caplat = 1u << 18;
+    rs[i].lat = xcalloc(rs[i].caplat, sizeof *rs[i].lat);
+    rs[i].rng = 99u + (uint64_t)i;
+    if (pthread_create(&rt[i], NULL, reader_main, &rs[i])) die("pthread_create failed");
+  }
+  for (int i = 0; i < nw; i++)
+    if (pthread_create(&wt[i], NULL, swriter_main, &ws[i])) die("pthread_create failed");
+  atomic_store(&go, 1);
+  struct timespec ts = {(time_t)seconds, (long)((seconds - floor(seconds)) * 1e9)};
+  nanosleep(&ts, NULL);
+  atomic_store(&stop, 1);
+  for (int i = 0; i < nw; i++) pthread_join(wt[i], NULL);
+  memset(rq, 0, sizeof *rq);
+  size_t tot = 0;
+  for (int i = 0; i < nr; i++) {
+    pthread_join(rt[i], NULL);
+    rq->nq += rs[i].nq, rq->bad += rs[i].bad, tot += rs[i].nlat;
+    rq->q_s += (double)rs[i].nq / ((double)(rs[i].t1 - rs[i].t0) / 1e9);
+  }
+  uint32_t *all = xcalloc(tot + 1, sizeof *all);
+  size_t at = 0;
+  for (int i = 0; i < nr; i++) memcpy(all + at, rs[i].lat, rs[i].nlat * sizeof *all), at += rs[i].nlat, free(rs[i].lat);
+  qsort(all, tot, sizeof *all, cmp_u32);
+  rq->p50 = pct(all, tot, 0.5), rq->p99 = pct(all, tot, 0.99), rq->p999 = pct(all, tot, 0.999);
+  uint64_t bo = 0, t0 = UINT64_MAX, t1 = 0;
+  for (int i = 0; i < nw; i++) {
+    bo += ws[i].blockops;
+    if (ws[i].t0 < t0) t0 = ws[i].t0;
+    if (ws[i].t1 > t1) t1 = ws[i].t1;
+  }
+  *wtotal = nw && t1 > t0 ? (double)bo / ((double)(t1 - t0) / 1e9) : 0;
+  free(all), free(rs), free(rt), free(wt);
+}
+
+static void swriters_free(swriter_t *ws, int nw) {
+  for (int i = 0; i < nw; i++) free(ws[i].idx), free(ws[i].workers);
+}
+
+static int run_scaling(const bench_t *B) {
+  const opts_t *o = B->o;
+  int kind = o->conc_kind, fail = 0;
+  if (kind == KVIDX_REFERENCE) die("--scaling: the reference model allows no concurrency");
+  char cfg[256];
+  config_line(B, cfg, sizeof cfg);
+  printf("scaling: kind=%s %s cores_online=%ld phase_secs=%.2f (default config except kind)\n", kind_name(kind),
+         cfg, sysconf(_SC_NPROCESSORS_ONLN), o->conc_time);
+  double one = 0;
+  for (int s = 0; s < o->nscale; s++) {
+    int nw = o->scale_writers[s];
+    swriter_t *ws = xcalloc((size_t)nw, sizeof *ws);
+    kvidx *ix = make_default_index(kind);
+    rstat_t rq;
+    double total;
+    run_mixed(B, ix, ws, nw, 0, o->conc_time, &rq, &total);
+    printf("scaling: writers=%d total_block_ops_per_s=%.0f per_thread=", nw, total);
+    uint64_t bad = 0;
+    for (int i = 0; i < nw; i++) {
+      printf("%s%.0f", i ? "," : "", (double)ws[i].blockops / ((double)(ws[i].t1 - ws[i].t0) / 1e9));
+      bad += ws[i].bad;
+    }
+    if (nw == 1) one = total;
+    printf(" vs_1_writer=%.2f errors=%" PRIu64 "\n", one > 0 ? total / one : 0, bad);
+    fail |= bad != 0;
+    kvidx_destroy(ix);
+    swriters_free(ws, nw);
+    free(ws);
+  }
+  if (o->readers) {
+    int nr = o->readers, nw = o->mixed_writers;
+    kvidx *ix = make_default_index(kind);
+    for (size_t i = 0; i < B->nops; i++)
+      if (B->ops[i].type != OP_QUERY) (void)apply_event(ix, B, &B->ops[i]);
+    rstat_t alone, mixed;
+    double wt0, wt1;
+    swriter_t *ws = xcalloc((size_t)(nw ? nw : 1), sizeof *ws);
+    run_mixed(B, ix, ws, 0, nr, o->conc_time, &alone, &wt0);
+    run_mixed(B, ix, ws, nw, nr, o->conc_time, &mixed, &wt1);
+    printf("scaling: readers=%d alone_queries_per_s=%.0f alone_p99_ns=%.0f | with %d writer%s: queries_per_s=%.0f"
+           " p99_ns=%.0f p999_ns=%.0f fraction_of_alone=%.2f writer_block_ops_per_s=%.0f bad_results=%" PRIu64 "\n",
+           nr, alone.q_s, alone.p99, nw, nw == 1 ? "" : "s", mixed.q_s, mixed.p99, mixed.p999,
+           alone.q_s > 0 ? mixed.q_s / alone.q_s : 0, wt1, alone.bad + mixed.bad);
+    fail |= alone.bad + mixed.bad != 0;
+    kvidx_destroy(ix);
+    swriters_free(ws, nw);
+    free(ws);
+  }
+  return fail;
+}
+#endif
+
 /* ---- main ------------------------------------------------------------------------------- */
 static void usage(void) {
   printf(
@@ -1750,6 +2463,20 @@ static void usage(void) {
       "  --md PATH           append markdown results; --label TEXT heading\n"
       "  --demo              routing showcase: kvidx-guided vs random hit rate\n"
       "  -q, --quiet         no progress line\n"
+      "event files (the format of ../shared/anchors/dynamo/README.md; see bench/README.md):\n"
+      "  --write-events FILE write the mock engine's stream (S/R/C/Q lines) and exit\n"
+      "  --replay FILE       replay an event file into a fresh default-config index;\n"
+      "                      prints each query's worker:score line (as dynamo-replay)\n"
+      "  --kind K            positional (default), radix or reference (--replay, --growth, --scaling)\n"
+      "  --time REPS         with --replay: REPS timed replays, the median's key=value line\n"
+      "  --expect ANSWERS    with --replay: compare each query's line to ANSWERS (exit 1 if any differ)\n"
+      "growth and scaling (threads):\n"
+      "  --growth            grow one index to --growth-blocks (4194304) held blocks by\n"
+      "                      --growth-workers (256) workers, --growth-len (64) blocks per store,\n"
+      "                      with --readers (1) querying; worst / p99.9 kvidx_store latency\n"
+      "  --scaling           writer threads on disjoint workers (--scale-writers LIST, 1,2),\n"
+      "                      then --readers (1) alone and with --mixed-writers (1) writers;\n"
+      "                      --conc-time S per phase\n"
       "debugging:\n"
       "  --check-every N     kvidx__check after every N ops of the first pass\n"
       "  --dump-ops A[,B]    print ops A..B of the generated stream and exit\n"
@@ -1780,7 +2507,11 @@ int main(int argc, char **argv) {
   o.csv = "bench/results/sweep.csv";
   o.kinds[0] = KVIDX_RADIX, o.kinds[1] = KVIDX_POSITIONAL, o.kinds[2] = KVIDX_REFERENCE, o.nkinds = 3;
   o.argc = argc, o.argv = argv;
-  int no_ref = 0;
+  o.replay_kind = KVIDX_POSITIONAL;
+  o.growth_blocks = 4u << 20, o.growth_workers = 256, o.growth_len = 64;
+  o.scale_writers[0] = 1, o.scale_writers[1] = 2, o.nscale = 2, o.mixed_writers = 1;
+  int no_ref = 0, readers_set = 0;
+  for (int i = 1; i < argc; i++) readers_set |= !strcmp(argv[i], "--readers");
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
 #define IS(s) (strcmp(a, s) == 0)
@@ -1835,6 +2566,28 @@ int main(int argc, char **argv) {
       o.dump_to = *e == ',' ? (size_t)strtoull(e + 1, NULL, 10) : o.dump_from;
       o.dump_to++;
     }
+    else if (IS("--write-events")) o.write_events = str_arg(argc, argv, &i);
+    else if (IS("--replay")) o.replay = str_arg(argc, argv, &i);
+    else if (IS("--kind")) o.replay_kind = o.conc_kind = parse_kind(str_arg(argc, argv, &i));
+    else if (IS("--time")) {
+      o.replay_reps = (int)num_arg(argc, argv, &i);
+      if (o.replay_reps < 1 || o.replay_reps > 1000) die("--time REPS: 1..1000");
+    } else if (IS("--expect")) o.expect = str_arg(argc, argv, &i);
+    else if (IS("--growth")) o.growth = 1;
+    else if (IS("--growth-blocks")) o.growth_blocks = (size_t)num_arg(argc, argv, &i);
+    else if (IS("--growth-workers")) o.growth_workers = (uint32_t)num_arg(argc, argv, &i);
+    else if (IS("--growth-len")) o.growth_len = (uint32_t)num_arg(argc, argv, &i);
+    else if (IS("--scaling")) o.scaling = 1;
+    else if (IS("--scale-writers")) {
+      char buf[128];
+      snprintf(buf, sizeof buf, "%s", str_arg(argc, argv, &i));
+      o.nscale = 0;
+      for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+        int v = atoi(t);
+        if (o.nscale == 16 || v < 1 || v > 256) die("--scale-writers: up to 16 counts in 1..256");
+        o.scale_writers[o.nscale++] = v;
+      }
+    } else if (IS("--mixed-writers")) o.mixed_writers = (int)num_arg(argc, argv, &i);
     else if (IS("-q") || IS("--quiet")) g_quiet = 1;
     else die("unknown option %s (see --help)", a);
 #undef IS
@@ -1850,8 +2603,13 @@ int main(int argc, char **argv) {
     o.nkinds = n;
   }
   if (o.writers < 0 || o.readers < 0 || o.writers + o.readers > 256) die("bad --writers/--readers");
+  if (o.replay) return run_replay(&o);
+  if ((o.growth || o.scaling) && !readers_set) o.readers = 1;
 #if !BENCH_HAVE_THREADS
-  if (o.writers || o.readers) die("concurrency mode needs a build without KVIDX_NO_THREADS");
+  if (o.writers || o.readers || o.growth || o.scaling)
+    die("concurrency, --growth and --scaling need a build without KVIDX_NO_THREADS");
+#else
+  if (o.growth) return run_growth(&o);
 #endif
 
   bench_t B;
@@ -1865,6 +2623,16 @@ int main(int argc, char **argv) {
   derive_blocks(&B);
   if (o.demo) return run_demo(&B);
   generate(&B);
+  if (o.write_events) {
+    write_events(&B, o.write_events);
+    printf("wrote %s: %zu events, %zu queries, %" PRIu64 " block-ops (W=%u C=%u F=%u collide=%g, %zu requests)\n",
+           o.write_events, B.n_events, B.n_queries, B.bo_query + B.bo_store + B.bo_remove, o.W, o.C, o.F,
+           o.collide, B.T.nr);
+    return 0;
+  }
+#if BENCH_HAVE_THREADS
+  if (o.scaling) return run_scaling(&B);
+#endif
   if (o.dump_to) {
     dump_ops(&B, o.dump_from, o.dump_to);
     return 0;

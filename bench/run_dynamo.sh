@@ -1,0 +1,174 @@
+#!/bin/sh
+# Side-by-side suite (`make bench-dynamo`): kvidx against NVIDIA Dynamo's own
+# indexers on identical event files.  For each mock-engine configuration:
+#   1. kvidx-bench --write-events writes the event stream (Dynamo's replay format);
+#   2. kvidx-bench --replay FILE --kind K --time REPS   for positional, radix, reference;
+#   3. dynamo-replay FILE B --time REPS                 for arena_c, positional, crt
+#      (when ../shared/anchors/dynamo exists; otherwise skipped with a note);
+#   4. answers: every query's worker:score line, kvidx (each kind) vs arena_c.
+# All in one run, so the ratios compare like with like on a shared machine.
+# Writes $OUT/dynamo.md.  Usage: run_dynamo.sh BENCH_BIN TRACE OUT_DIR
+# Environment: REPS (5), ROUNDS (1: with N > 1 every backend runs N times,
+# interleaved, and the run with the median secs is reported: fairer when other
+# jobs load the machine unevenly), DYNAMO_ANCHOR (../shared/anchors/dynamo), CONFIGS
+# (lines "label|kvidx-bench workload flags"), KINDS, BACKENDS.
+set -u
+BIN=${1:-build/kvidx-bench}
+TRACE=${2:-bench/data/mooncake_conversation_trace.jsonl.gz}
+OUT=${3:-bench/results}
+REPS=${REPS:-5}
+ROUNDS=${ROUNDS:-1}
+ANCHOR=${DYNAMO_ANCHOR:-../shared/anchors/dynamo}
+KINDS=${KINDS:-positional radix reference}
+BACKENDS=${BACKENDS:-arena_c positional crt}
+CONFIGS=${CONFIGS:-"W16 C2048 F1|-W 16 -C 2048 -F 1
+W16 C16384 F1|-W 16 -C 16384 -F 1
+W64 C16384 F16|-W 64 -C 16384 -F 16
+W16 C2048 F1, 20% collisions|-W 16 -C 2048 -F 1 --collide 0.2"}
+mkdir -p "$OUT"
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/kvidx-dynamo.XXXXXX") || exit 2
+trap 'rm -rf "$TMP"' EXIT INT TERM
+START=$(date +%s)
+fail=0
+
+DYN=""
+if [ -d "$ANCHOR" ]; then
+  echo "=== building dynamo-replay ($ANCHOR/build.sh)"
+  if DYN=$(sh "$ANCHOR/build.sh"); then :; else
+    echo "NOTE: dynamo-replay failed to build: the Dynamo side is skipped"
+    DYN=""
+  fi
+else
+  echo "NOTE: $ANCHOR not found: the Dynamo side is skipped (kvidx figures only)"
+fi
+
+# key=value field of a result line
+field() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+
+MD="$OUT/dynamo.md.tmp"
+rev=$(git rev-parse --short HEAD 2>/dev/null || echo '?')
+cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //')
+{
+  echo "# kvidx vs Dynamo's indexers, side by side"
+  echo
+  echo "Made by \`make bench-dynamo\` (bench/run_dynamo.sh; REPS=$REPS) on $(date -u '+%Y-%m-%d %H:%M UTC'), git $rev."
+  echo
+  echo "- Machine: ${cpu:-?}, $(getconf _NPROCESSORS_ONLN) cores online, load average at start"
+  echo "  $(cut -d' ' -f1-3 /proc/loadavg); shared with other jobs: compare ratios within this run only."
+  echo "- Event files: \`$BIN --trace $TRACE FLAGS --write-events FILE\` (mock engine over the"
+  echo "  conversation trace: random routing, per-worker LRU, vLLM-order eviction)."
+  echo "- kvidx: \`$BIN --replay FILE --kind K --time $REPS\` (default config except the kind;"
+  echo "  compiled with the Makefile's BENCH_CFLAGS). Dynamo: \`dynamo-replay FILE B --time $REPS\`"
+  echo "  (${DYN:-not available}; release, LTO, target-cpu=native)."
+  echo "- Both: parsing before the clock; each repetition into a fresh index (created and"
+  echo "  destroyed outside the clock); secs = wall time applying every line in file order;"
+  echo "  the median of $REPS repetitions$( [ "$ROUNDS" -gt 1 ] && echo " (and of $ROUNDS interleaved runs of each tool)"); latency = one find_matches call; p = sorted[p*queries/1000];"
+  echo "  block-ops = sum of n over S, R and Q lines; checksum = sum of all scores. Both use glibc"
+  echo "  malloc with default settings (dynamo-replay sets no global allocator)."
+  echo "- bytes/held block: kvidx_get_stats().bytes / .blocks taken at the peak of held blocks"
+  echo "  (an extra untimed replay; Dynamo reports no memory figure); peak = kvidx_get_stats().peak_bytes."
+  echo "- answers: each query's worker:score line compared with arena_c's (\`--expect\`)."
+  echo
+} >"$MD"
+
+TABLE="$TMP/table"
+: >"$TABLE"
+printf '%s\n' "$CONFIGS" | while IFS='|' read -r label flags; do
+  [ -n "$label" ] || continue
+  f="$TMP/events"
+  echo "=== $label: $BIN --trace $TRACE $flags --write-events FILE"
+  # shellcheck disable=SC2086
+  wrote=$("$BIN" -q --trace "$TRACE" $flags --write-events "$f" </dev/null) || { echo "!!! $label: write failed"; echo FAIL >>"$TMP/fail"; continue; }
+  echo "$wrote"
+  echo "[$label]" >>"$TMP/stderr"
+  : >"$TMP/all"
+  r=0
+  while [ $r -lt "$ROUNDS" ]; do
+    r=$((r + 1))
+    for k in $KINDS; do
+      l=$("$BIN" --replay "$f" --kind "$k" --time "$REPS" 2>>"$TMP/stderr" </dev/null) || { echo "!!! kvidx $k failed"; echo FAIL >>"$TMP/fail"; }
+      echo "$l"
+      [ -n "$l" ] && echo "$l" >>"$TMP/all"
+    done
+    if [ -n "$DYN" ]; then
+      for b in $BACKENDS; do
+        l=$("$DYN" "$f" "$b" --time "$REPS" 2>>"$TMP/stderr" </dev/null) || { echo "!!! dynamo $b failed"; echo FAIL >>"$TMP/fail"; }
+        echo "$l"
+        [ -n "$l" ] && echo "$l" >>"$TMP/all"
+      done
+    fi
+  done
+  # per backend, the round with the median secs (sorted ascending, index n/2)
+  : >"$TMP/lines"
+  for b in $(cut -d' ' -f1 "$TMP/all" | awk '!seen[$0]++'); do
+    grep "^$b " "$TMP/all" | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^secs=/) print substr($i, 6), $0 }' |
+      sort -g | cut -d' ' -f2- | awk '{ l[NR] = $0 } END { print l[int(NR / 2) + 1] }' >>"$TMP/lines"
+  done
+  if [ -n "$DYN" ]; then
+    "$DYN" "$f" arena_c >"$TMP/answers" 2>>"$TMP/stderr" </dev/null
+    ans=""
+    for k in $KINDS; do
+      a=$("$BIN" --replay "$f" --kind "$k" --expect "$TMP/answers" 2>>"$TMP/stderr" </dev/null | tail -n 1)
+      ans="$ans${ans:+, }$k $(field "$a" differ)/$(field "$a" queries) differ"
+    done
+    echo "answers vs arena_c: $ans"
+  else
+    ans="(no dynamo-replay)"
+  fi
+  # table rows: label, backend, M/s, p50, p99, p999, bytes/block, peak, checksum
+  ac=$(grep '^backend=arena_c ' "$TMP/lines" | head -n 1)
+  acr=$(field "$ac" block_ops_per_s)
+  while read -r l; do
+    b=$(field "$l" backend); r=$(field "$l" block_ops_per_s)
+    bpb=$(field "$l" bytes_per_held_block); pk=$(field "$l" peak_bytes)
+    printf '%s|%s|%s|%s|%s|%s|%s|%s|%s|%s\n' "$label" "$b" "$r" "${acr:-0}" "$(field "$l" p50_ns)" \
+      "$(field "$l" p99_ns)" "$(field "$l" p999_ns)" "${bpb:--}" "${pk:--}" "$(field "$l" checksum)" >>"$TABLE"
+  done <"$TMP/lines"
+  # ratios of kvidx-positional to every backend
+  pr=$(field "$(grep '^backend=kvidx-positional ' "$TMP/lines")" block_ops_per_s)
+  rat=""
+  while read -r l; do
+    b=$(field "$l" backend); r=$(field "$l" block_ops_per_s)
+    [ "$b" = kvidx-positional ] && continue
+    rat="$rat${rat:+, }$(awk -v a="${pr:-0}" -v b="$r" 'BEGIN { printf "%.2fx", (b > 0 ? a / b : 0) }') $b"
+  done <"$TMP/lines"
+  cs=$(for x in $(cut -d' ' -f10 "$TMP/lines" | sort -u); do printf '%s ' "$x"; done)
+  printf '%s|RATIO|kvidx-positional vs: %s|answers vs arena_c: %s|checksums: %s\n' "$label" "$rat" "$ans" "$cs" >>"$TABLE"
+  echo "$wrote" | sed "s/^/$label|WROTE|/" >>"$TABLE"
+done
+
+# the table
+{
+  echo "| file | backend | M block-ops/s | vs arena_c | p50 µs | p99 µs | p99.9 µs | bytes / held block | peak bytes | checksum |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+  awk -F'|' '$2 != "RATIO" && $2 != "WROTE" {
+    vs = ($4 > 0) ? sprintf("%.2fx", $3 / $4) : "-"
+    bpb = ($8 == "-") ? "-" : sprintf("%.0f", $8)
+    pk = ($9 == "-") ? "-" : sprintf("%.1f MiB", $9 / 1048576)
+    printf "| %s | %s | %.2f | %s | %.2f | %.2f | %.2f | %s | %s | %s |\n", $1, $2, $3 / 1e6, vs, $5 / 1e3, $6 / 1e3, $7 / 1e3, bpb, pk, $10
+  }' "$TABLE"
+  echo
+  awk -F'|' '$2 == "RATIO" { printf "- **%s**: %s; %s; %s\n", $1, $3, $4, $5 }' "$TABLE"
+  awk -F'|' '$2 == "WROTE" { sub(/^wrote [^:]*: /, "", $3); printf "- %s file: %s\n", $1, $3 }' "$TABLE"
+} >"$TMP/table.md"
+cat "$TMP/table.md" >>"$MD"
+if grep -q 'rejected(apply errors)=[1-9]' "$TMP/stderr" 2>/dev/null; then
+  echo "- NOTE: a Dynamo backend rejected events (see its stderr, below)." >>"$MD"
+fi
+{
+  echo
+  echo "Per-repetition times (sorted), from the tools' stderr:"
+  echo
+  echo '```'
+  grep 'rep_secs\|^\[' "$TMP/stderr" | sed 's/; bytes_per_held_block = .*//; s/^/  /'
+  echo '```'
+} >>"$MD"
+END=$(date +%s)
+printf '\nSuite wall time: %ss. Command: `make bench-dynamo` (or `sh bench/run_dynamo.sh %s %s %s`).\n' \
+  "$((END - START))" "$BIN" "$TRACE" "$OUT" >>"$MD"
+mv "$MD" "$OUT/dynamo.md"
+echo
+cat "$TMP/table.md"
+echo "wrote $OUT/dynamo.md ($((END - START))s)"
+[ -s "$TMP/fail" ] && fail=1
+exit $fail

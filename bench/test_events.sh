@@ -1,0 +1,44 @@
+#!/bin/sh
+# Event-file round trip for `make test-bench`: the in-process replay and the
+# replay of the written event file must give the same answers.
+#   1. in-process run (all kinds) -> "score sums" line (sum of every score);
+#   2. --write-events FILE of the same stream;
+#   3. --replay FILE --time 1 for each kind: checksum (sum of scores) equals 1.'s,
+#      no apply errors;
+#   4. per-query answers: radix and reference equal positional's (--expect);
+#   5. malformed event files are rejected.
+# Usage: test_events.sh BENCH_BIN DIR WORKLOAD_FLAGS...
+set -u
+b=$1 dir=$2
+shift 2
+f="$dir/test-events.ev"
+out=$("$b" "$@" --kinds positional,radix,reference) || { echo "in-process run failed"; echo "$out"; exit 1; }
+sums=$(printf '%s\n' "$out" | grep '^score sums') || { echo "no 'score sums' line"; exit 1; }
+want=$(printf '%s\n' "$sums" | sed -n 's/.* positional=\([0-9]*\).*/\1/p')
+[ -n "$want" ] || { echo "cannot read the positional score sum: $sums"; exit 1; }
+for k in radix reference; do
+  printf '%s\n' "$sums" | grep -q " $k=$want" || { echo "in-process kinds disagree: $sums"; exit 1; }
+done
+"$b" "$@" --write-events "$f" || { echo "--write-events failed"; exit 1; }
+for k in positional radix reference; do
+  l=$("$b" --replay "$f" --kind "$k" --time 1 2>/dev/null) || { echo "--replay --kind $k --time 1 failed: $l"; exit 1; }
+  echo "$l"
+  case " $l " in
+    *" checksum=$want apply_errors=0 "*) ;;
+    *) echo "replay ($k) checksum differs from the in-process run's score sum $want"; exit 1 ;;
+  esac
+done
+"$b" --replay "$f" --kind positional >"$dir/test-answers.txt" 2>/dev/null || { echo "--replay (answers) failed"; exit 1; }
+[ "$(grep -c '^Q' "$f")" = "$(wc -l <"$dir/test-answers.txt" | tr -d ' ')" ] || { echo "one answer line per Q expected"; exit 1; }
+for k in radix reference; do
+  "$b" --replay "$f" --kind "$k" --expect "$dir/test-answers.txt" 2>/dev/null || { echo "kind $k answers differ from positional's"; exit 1; }
+done
+bad="$dir/test-bad.ev"
+for line in 'S 1 - 2 10 11' 'S 1 - 0' 'R 1 1' 'Q 3 1 2' 'X 1' 'S 1 - 1 10 11 12' 'Q 1 18446744073709551616' 'S 1 x 1 10 11'; do
+  printf '%s\n' "$line" >"$bad"
+  if "$b" --replay "$bad" >/dev/null 2>&1; then echo "malformed event line accepted: $line"; exit 1; fi
+done
+printf 'S 1 - 2 10 11 12 13\nQ 2 10 12\nR 1 1 13\nQ 2 10 12\nC 1\nQ 1 10\n' >"$bad"
+a=$("$b" --replay "$bad" 2>/dev/null | tr '\n' '/')
+[ "$a" = "1:2/1:1//" ] || { echo "hand-made event file: answers '$a', want '1:2/1:1//'"; exit 1; }
+echo "event file round trip: ok (score sum $want)"
