@@ -369,6 +369,7 @@ typedef struct {
   int demo;
   size_t check_every;
   size_t dump_from, dump_to;
+  const char *events_out; /* --write-events PATH */
   int argc;
   char **argv;
 } opts_t;
@@ -1716,6 +1717,35 @@ static void dump_ops(const bench_t *B, size_t from, size_t to) {
   }
 }
 
+/* The generated op stream as an event file (the format of the Dynamo
+ * replay tool and examples/fleet): one line per op, decimal u64.
+ *   S worker parent|- n local seq ...   R worker n seq ...   C worker   Q n local ... */
+static void write_events(const bench_t *B, const char *path) {
+  FILE *f = fopen(path, "w");
+  if (!f) die("--write-events %s: %s", path, strerror(errno));
+  for (size_t i = 0; i < B->nops; i++) {
+    const op_t *op = &B->ops[i];
+    if (op->type == OP_QUERY) {
+      fprintf(f, "Q %u", op->n);
+      for (uint32_t j = 0; j < op->n; j++) fprintf(f, " %" PRIu64, B->locals[op->off + j]);
+    } else if (op->type == OP_STORE) {
+      fprintf(f, "S %" PRIu64 " ", worker_id_of(B, op->worker));
+      if (op->has_parent) fprintf(f, "%" PRIu64, op->parent);
+      else fputc('-', f);
+      fprintf(f, " %u", op->n);
+      for (uint32_t j = 0; j < op->n; j++)
+        fprintf(f, " %" PRIu64 " %" PRIu64, B->blocks[op->off + j].local, B->blocks[op->off + j].seq);
+    } else if (op->type == OP_REMOVE) {
+      fprintf(f, "R %" PRIu64 " %u", worker_id_of(B, op->worker), op->n);
+      for (uint32_t j = 0; j < op->n; j++) fprintf(f, " %" PRIu64, B->rm[op->off + j]);
+    } else {
+      fprintf(f, "C %" PRIu64, worker_id_of(B, op->worker));
+    }
+    fputc('\n', f);
+  }
+  if (fclose(f) != 0) die("--write-events %s: write failed", path);
+}
+
 /* ---- main ------------------------------------------------------------------------------- */
 static void usage(void) {
   printf(
@@ -1753,6 +1783,8 @@ static void usage(void) {
       "debugging:\n"
       "  --check-every N     kvidx__check after every N ops of the first pass\n"
       "  --dump-ops A[,B]    print ops A..B of the generated stream and exit\n"
+      "  --write-events PATH write the generated stream as an event file and exit\n"
+      "                      (S/R/C/Q lines; examples/fleet/README.md)\n"
       "exit status: 0 ok, 1 verification failed (kinds disagree, errors), 2 usage/IO\n",
       DEFAULT_TRACE);
 }
@@ -1835,6 +1867,7 @@ int main(int argc, char **argv) {
       o.dump_to = *e == ',' ? (size_t)strtoull(e + 1, NULL, 10) : o.dump_from;
       o.dump_to++;
     }
+    else if (IS("--write-events")) o.events_out = str_arg(argc, argv, &i);
     else if (IS("-q") || IS("--quiet")) g_quiet = 1;
     else die("unknown option %s (see --help)", a);
 #undef IS
@@ -1867,6 +1900,10 @@ int main(int argc, char **argv) {
   generate(&B);
   if (o.dump_to) {
     dump_ops(&B, o.dump_from, o.dump_to);
+    return 0;
+  }
+  if (o.events_out) {
+    write_events(&B, o.events_out);
     return 0;
   }
 
