@@ -33,6 +33,9 @@ fleet: fleet-deps
 $(FLEET_BIN): examples/fleet/kvidx_fleet.c kvidx.h | deps
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_BASE) -o $@ examples/fleet/kvidx_fleet.c -lnats $(PTHREAD)
+ifneq ($(CLANG),)
+	$(CLANG) $(CFLAGS_BASE) -fsyntax-only examples/fleet/kvidx_fleet.c
+endif
 
 test-fleet: fleet-deps
 	@$(MAKE) --no-print-directory $(FLEET_BIN) $(BUILD)/kvidx-bench

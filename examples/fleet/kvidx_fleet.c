@@ -15,7 +15,7 @@
  *            (--rewind K republishes K events per worker on purpose).
  *   replica  loads the newest snapshot from stream P-snap, then pulls events
  *            from the following stream sequence (durable pull consumer
- *            P-<name>, ack-all after each applied batch), applies each with
+ *            P-<name>_<pid>_<n>, ack-all after each batch), applies each with
  *            kvidx_apply and serves queries on a unix socket.  Every N events
  *            or T seconds it writes a snapshot (chunks + a head naming the
  *            stream sequence it covers).  If the stream no longer holds the
@@ -61,6 +61,7 @@
 static const char *g_role = "fleet";
 static const char *g_prefix = "kvidx";
 static volatile sig_atomic_t g_stop;
+static int g_debug; /* KVIDX_FLEET_DEBUG=1: log each fetch while catching up */
 
 static void on_signal(int sig) {
   (void)sig;
@@ -756,8 +757,9 @@ static int listen_unix(const char *path) {
 /* ---- replica: snapshots in NATS --------------------------------------------------
  * A snapshot is chunks on  P.snap.chunk.<id>.<i>  (256 KiB each) and then a
  * head on  P.snap.head:  "v1 id=<id> covers=<stream seq> chunks=<n> bytes=<b>".
- * The head subject keeps one message (the newest).  A writer purges its
- * previous snapshot's chunks after publishing a new head. */
+ * The head subject keeps one message (the newest).  After publishing a head
+ * the writer purges every older chunk; a reader that loses that race sees a
+ * missing chunk and starts over from the new head. */
 typedef struct {
   unsigned char *p;
   size_t n, cap, off;
@@ -839,8 +841,6 @@ static int snapshot_load(jsCtx *js, kvidx *ix, snap_head *h) {
   return 0;
 }
 
-static char g_prev_snap_id[96];
-
 /* Writes ix as a snapshot covering stream sequence `covers`, unless the head
  * already covers as much (another replica was faster). */
 static int snapshot_write(jsCtx *js, const kvidx *ix, uint64_t covers, const char *name) {
@@ -848,7 +848,7 @@ static int snapshot_write(jsCtx *js, const kvidx *ix, uint64_t covers, const cha
   snap_head h;
   char id[96], subj[256], head[256];
   size_t off;
-  uint64_t i = 0;
+  uint64_t i = 0, first_chunk_seq = 0;
   jsErrCode je = 0;
   int rc;
   if (read_head(js, &h) == 0 && h.covers >= covers) return 0;
@@ -862,10 +862,13 @@ static int snapshot_write(jsCtx *js, const kvidx *ix, uint64_t covers, const cha
   for (off = 0; off < b.n || (b.n == 0 && i == 0); off += CHUNK_BYTES, i++) {
     size_t k = b.n - off < CHUNK_BYTES ? b.n - off : CHUNK_BYTES;
     snprintf(subj, sizeof subj, "%s.snap.chunk.%s.%llu", g_prefix, id, (unsigned long long)i);
-    if (js_Publish(NULL, js, subj, b.p ? b.p + off : (const void *)"", (int)k, NULL, &je) != NATS_OK) {
+    jsPubAck *pa = NULL;
+    if (js_Publish(&pa, js, subj, b.p ? b.p + off : (const void *)"", (int)k, NULL, &je) != NATS_OK) {
       free(b.p);
       return -1;
     }
+    if (i == 0) first_chunk_seq = pa->Sequence;
+    jsPubAck_Destroy(pa);
     if (b.n == 0) {
       i++;
       break;
@@ -875,15 +878,18 @@ static int snapshot_write(jsCtx *js, const kvidx *ix, uint64_t covers, const cha
            (unsigned long long)covers, (unsigned long long)i, b.n);
   free(b.p);
   if (js_Publish(NULL, js, g_snap_head, head, (int)strlen(head), NULL, &je) != NATS_OK) return -1;
-  if (g_prev_snap_id[0]) {
+  if (first_chunk_seq > 1) {
+    /* every older chunk goes, whoever wrote it (also those of a writer that
+     * died before its head): the new head names only chunks from here on.
+     * (Sequence 1 would mean "no bound" to the server: nothing is older.) */
     jsOptions o;
     char filt[256];
     jsOptions_Init(&o);
-    snprintf(filt, sizeof filt, "%s.snap.chunk.%s.>", g_prefix, g_prev_snap_id);
+    snprintf(filt, sizeof filt, "%s.snap.chunk.>", g_prefix);
     o.Stream.Purge.Subject = filt;
+    o.Stream.Purge.Sequence = first_chunk_seq;
     js_PurgeStream(js, g_snap_stream, &o, &je);
   }
-  snprintf(g_prev_snap_id, sizeof g_prev_snap_id, "%s", id);
   atomic_fetch_add(&g_snap_written, 1);
   return 0;
 }
@@ -907,11 +913,33 @@ static void swap_index(kvidx *ix) {
   if (old) kvidx_destroy(old);
 }
 
-static int make_consumer(jsCtx *js, natsSubscription **sub, const char *durable, uint64_t start) {
+/* Deletes this replica's consumers but `keep`: a dead process's position is
+ * void.  Done once caught up, not before: on nats-server 2.9.10 a pull
+ * consumer created right after deleting the consumer of a killed client
+ * delivered at a crawl (about 256 messages per 0.3 s) for seconds. */
+static void delete_consumers(jsCtx *js, const char *base, const char *keep) {
+  jsConsumerNamesList *names = NULL;
+  jsErrCode je = 0;
+  size_t bl = strlen(base);
+  int k;
+  if (js_ConsumerNames(&names, js, g_ev_stream, NULL, &je) != NATS_OK || !names) return;
+  for (k = 0; k < names->Count; k++) {
+    const char *n = names->List[k];
+    if (!strncmp(n, base, bl) && n[bl] == '_' && (!keep || strcmp(n, keep)))
+      js_DeleteConsumer(js, g_ev_stream, n, NULL, &je);
+  }
+  jsConsumerNamesList_Destroy(names);
+}
+
+static char g_consumer[192]; /* the current consumer's name */
+
+static int make_consumer(jsCtx *js, natsSubscription **sub, const char *base, uint64_t start) {
   jsSubOptions so;
   jsErrCode je = 0;
   natsStatus s;
-  js_DeleteConsumer(js, g_ev_stream, durable, NULL, &je); /* a dead replica's position is void */
+  char *durable = g_consumer;
+  static unsigned serial;
+  snprintf(g_consumer, sizeof g_consumer, "%s_%ld_%u", base, (long)getpid(), ++serial);
   jsSubOptions_Init(&so);
   so.Stream = g_ev_stream;
   so.Config.Durable = durable;
@@ -1022,6 +1050,7 @@ static int run_replica(int argc, char **argv) {
       swap_index(ix);
       atomic_store(&g_ready, 1);
       t_ready = now_s();
+      delete_consumers(l.js, durable, g_consumer);
       printf("replica %s: caught up at seq %llu: snapshot %s (covers %llu) loaded in %.3f s, "
              "0 events replayed in 0.000 s, total %.3f s\n",
              name, (unsigned long long)target, rc == 0 ? h.id : "none",
@@ -1033,8 +1062,11 @@ static int run_replica(int argc, char **argv) {
     }
     while (!g_stop && !hole) {
       natsMsgList list = {NULL, 0};
+      double t_fetch = now_s();
       natsStatus s = natsSubscription_Fetch(&list, sub, batch, 500, NULL);
       int k;
+      if (g_debug && !t_ready)
+        logf_("fetch: %s, %d msgs in %.3f s", natsStatus_GetText(s), list.Count, now_s() - t_fetch);
       natsMsg *to_ack = NULL;
       uint64_t applied = atomic_load(&g_applied_seq);
       if (max_seconds > 0 && now_s() - t0 > max_seconds) g_stop = 1;
@@ -1093,6 +1125,7 @@ static int run_replica(int argc, char **argv) {
         swap_index(ix);
         atomic_store(&g_ready, 1);
         t_ready = now_s();
+        delete_consumers(l.js, durable, g_consumer);
         printf("replica %s: caught up at seq %llu: snapshot %s (covers %llu) loaded in %.3f s, "
                "%llu events replayed in %.3f s, total %.3f s\n",
                name, (unsigned long long)target, rc == 0 ? h.id : "none",
@@ -1289,13 +1322,22 @@ static int run_info(int argc, char **argv, int purge) {
   }
   printf("first=%llu last=%llu msgs=%llu\n", (unsigned long long)first, (unsigned long long)last,
          (unsigned long long)msgs);
+  {
+    jsStreamInfo *si = NULL;
+    jsErrCode je = 0;
+    if (js_GetStreamInfo(&si, l.js, g_snap_stream, NULL, &je) == NATS_OK && si) {
+      printf("snapshot stream: msgs=%llu bytes=%llu\n", (unsigned long long)si->State.Msgs,
+             (unsigned long long)si->State.Bytes);
+      jsStreamInfo_Destroy(si);
+    }
+  }
   nats_close(&l);
   return 0;
 }
 
 int main(int argc, char **argv) {
   struct sigaction sa;
-  int rc;
+  int rc = 2;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
   sigaction(SIGINT, &sa, NULL);
@@ -1315,6 +1357,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   g_role = argv[1];
+  g_debug = getenv("KVIDX_FLEET_DEBUG") != NULL;
   if (!strcmp(argv[1], "bridge")) rc = run_bridge(argc, argv);
   else if (!strcmp(argv[1], "replica")) rc = run_replica(argc, argv);
   else if (!strcmp(argv[1], "direct")) rc = run_direct(argc, argv);

@@ -31,7 +31,7 @@ cleanup() {
   for p in $PIDS $NS_PID; do kill "$p" 2>/dev/null; done
   sleep 0.3
   for p in $PIDS $NS_PID; do kill -9 "$p" 2>/dev/null; done
-  rm -rf "$T"
+  if [ -n "${FLEET_KEEP:-}" ]; then echo "test-fleet: kept $T"; else rm -rf "$T"; fi
 }
 trap cleanup EXIT INT TERM
 
@@ -60,7 +60,8 @@ echo "test-fleet: $NEV events, $NQ queries; reference: $(cat "$T/direct.log")"
 
 # ---- NATS server ------------------------------------------------------------------
 PORT=""
-start_server() { # [port]
+start_server() { # port ready_count
+  touch "$T/nats.log"
   nats-server -js -a 127.0.0.1 -p "${1:--1}" -sd "$T/store" >> "$T/nats.log" 2>&1 &
   NS_PID=$!
   i=0
@@ -79,6 +80,7 @@ echo "test-fleet: nats-server $(nats-server --version | sed 's/.*v//') on $URL, 
 
 start_replica() { # name [extra args] ; sets RPID
   n=$1; shift
+  touch "$T/$n.out" "$T/$n.log"
   "$FLEET" replica --nats "$URL" --name "$n" --listen "$T/$n.sock" --snap-every 5000 --snap-secs 1 "$@" \
     >> "$T/$n.out" 2>> "$T/$n.log" &
   RPID=$!
@@ -126,9 +128,13 @@ DUPS=$(field duplicates_dropped_by_stream < "$T/bridge2.out")
 [ "${DUPS:-0}" -gt 0 ] || fail "the rewound events were not dropped as duplicates by the stream"
 
 # ---- 3. exactly once, same answers ------------------------------------------------------
-INFO=$("$FLEET" info --nats "$URL") || fail "info"
+"$FLEET" info --nats "$URL" > "$T/info.txt" || fail "info"
+INFO=$(head -n 1 "$T/info.txt")
+SNAPMSGS=$(sed -n 's/^snapshot stream: msgs=\([0-9]*\).*/\1/p' "$T/info.txt")
+# the head and one snapshot's chunks: older chunks are purged by each writer
+[ "${SNAPMSGS:-99}" -le 8 ] || fail "snapshot stream keeps old snapshots: $(tail -n 1 "$T/info.txt")"
 [ "$INFO" = "first=1 last=$NEV msgs=$NEV" ] || fail "stream is '$INFO', want first=1 last=$NEV msgs=$NEV"
-echo "test-fleet: stream holds each of the $NEV events once ($INFO)"
+echo "test-fleet: stream holds each of the $NEV events once ($INFO); $(tail -n 1 "$T/info.txt")"
 for r in r1 r2 r3; do
   wait_caught_up $r "$NEV" 30
   s=$(status $r)
@@ -159,6 +165,7 @@ done
 # ---- 5. trimmed stream ------------------------------------------------------------------------
 # fresh streams (prefix trim): half the file, a snapshot, the rest, then
 # retention drops all but the last 100 events: the snapshot is too old.
+touch "$T/t1.out" "$T/t1.log" "$T/t2.out" "$T/t2.log" "$T/p1.out"
 HALF=$(grep -n '^[SRC] ' "$T/ev.txt" | sed -n "$((NEV / 2))p" | cut -d: -f1)
 head -n "$HALF" "$T/ev.txt" > "$T/half.txt"
 "$FLEET" bridge --nats "$URL" --prefix trim --file "$T/half.txt" > /dev/null 2> "$T/trim-bridge.log" || fail "trim: bridge half"
@@ -172,7 +179,7 @@ while [ "$(status t1 | field snapshots_written)" != 1 ] && [ $i -lt 50 ]; do sle
 [ $i -lt 50 ] || fail "trim: replica t1 wrote no snapshot"
 kill "$TP"; wait "$TP" 2>/dev/null
 "$FLEET" bridge --nats "$URL" --prefix trim --file "$T/ev.txt" > /dev/null 2>> "$T/trim-bridge.log" || fail "trim: bridge rest"
-TINFO=$("$FLEET" purge --nats "$URL" --prefix trim --keep 100) || fail "purge"
+TINFO=$("$FLEET" purge --nats "$URL" --prefix trim --keep 100 | head -n 1) || fail "purge"
 "$FLEET" replica --nats "$URL" --prefix trim --name t2 --listen "$T/t2.sock" > "$T/t2.out" 2> "$T/t2.log" &
 TP=$!; PIDS="$PIDS $TP"
 i=0
