@@ -5,7 +5,7 @@
  *
  * ROLES
  *   bridge   reads engine events (an event file: S/R/C lines, Q lines are
- *            skipped) and publishes each to  P.ev.<worker>  of stream P-events
+ *            skipped; or vLLM's ZeroMQ feed, fleet_vllm.h) and publishes each to  P.ev.<worker>  of stream P-events
  *            with header Nats-Msg-Id "<worker>:<event id>"; the event id is
  *            the engine sequence of that worker (its 1-based ordinal).  On
  *            start and after any publish failure it asks the stream for each
@@ -28,7 +28,8 @@
  *   purge    drops all but the last K messages of the event stream.
  *
  * QUERIES (one line in, one line out, unix socket)
- *   PING -> OK pong;  MATCHH h h ... (local hashes, decimal) ->
+ *   PING -> OK pong;  MATCH [lora=NAME] tok ... (--block-size tokens per
+ *   block) or MATCHH h h ... (local hashes, decimal) ->
  *   OK blocks=N matches=M wid:dp:depth ...;  WORKER wid -> OK blocks=N;
  *   STATUS -> OK ready=0|1 applied_seq=... (counters)
  *
@@ -62,6 +63,7 @@ static const char *g_role = "fleet";
 static const char *g_prefix = "kvidx";
 static volatile sig_atomic_t g_stop;
 static int g_debug; /* KVIDX_FLEET_DEBUG=1: log each fetch while catching up */
+static size_t g_block_size = 16; /* replica: tokens per block for MATCH */
 
 static void on_signal(int sig) {
   (void)sig;
@@ -634,6 +636,48 @@ static void on_query_line(char *line, size_t len, sbuf *out) {
       answer_matches(g_ix, loc, (size_t)n, out);
       pthread_rwlock_unlock(&g_ix_lock);
     }
+  } else if (!strncmp(line, "MATCH ", 6) || !strcmp(line, "MATCH")) {
+    /* MATCH [lora=NAME] tok tok ...: local hashes of the full blocks */
+    static uint32_t *tok;
+    static size_t tok_cap;
+    const char *p = line + 5, *end = line + len;
+    uint64_t seed = KVIDX_SEED, v;
+    size_t n = 0;
+    int bad = 0;
+    while (p < end && *p == ' ') p++;
+    if (!strncmp(p, "lora=", 5)) {
+      char name[256];
+      size_t k = 0;
+      for (p += 5; p < end && *p != ' ' && k < sizeof name - 1;) name[k++] = *p++;
+      name[k] = 0;
+      seed = kvidx_hash_seed(name, NULL);
+    }
+    for (;;) {
+      while (p < end && *p == ' ') p++;
+      if (p >= end) break;
+      if (next_u64(&p, end, &v) || v > UINT32_MAX) {
+        bad = 1;
+        break;
+      }
+      if (n == tok_cap) tok_cap = tok_cap ? tok_cap * 2 : 256, tok = xrealloc(tok, tok_cap * sizeof *tok);
+      tok[n++] = (uint32_t)v;
+    }
+    if (n / g_block_size + 1 > loc_cap) {
+      loc_cap = n / g_block_size + 1;
+      loc = xrealloc(loc, loc_cap * sizeof *loc);
+    }
+    if (bad) {
+      sb_printf(out, "ERR bad number\n");
+    } else if (!atomic_load(&g_ready)) {
+      pthread_mutex_lock(&g_reason_lock);
+      sb_printf(out, "ERR not ready: %s\n", g_not_ready);
+      pthread_mutex_unlock(&g_reason_lock);
+    } else {
+      n = kvidx_block_hashes(tok, n, g_block_size, seed, loc);
+      pthread_rwlock_rdlock(&g_ix_lock);
+      answer_matches(g_ix, loc, n, out);
+      pthread_rwlock_unlock(&g_ix_lock);
+    }
   } else if (!strncmp(line, "WORKER ", 7)) {
     const char *p = line + 7;
     uint64_t w;
@@ -662,7 +706,7 @@ static void on_query_line(char *line, size_t len, sbuf *out) {
               (unsigned long long)atomic_load(&g_snap_loaded_seq),
               (unsigned long long)atomic_load(&g_rebuilds));
   } else {
-    sb_printf(out, "ERR unknown command (PING MATCHH WORKER STATUS)\n");
+    sb_printf(out, "ERR unknown command (PING MATCH MATCHH WORKER STATUS)\n");
   }
 }
 
@@ -974,12 +1018,14 @@ static int run_replica(int argc, char **argv) {
     else if (ARG("--snap-every")) snap_every = strtoull(argv[++i], NULL, 10);
     else if (ARG("--snap-secs")) snap_secs = atof(argv[++i]);
     else if (ARG("--batch")) batch = atoi(argv[++i]);
+    else if (ARG("--block-size")) g_block_size = (size_t)strtoull(argv[++i], NULL, 10);
     else if (ARG("--prefix")) g_prefix = argv[++i];
     else if (ARG("--max-seconds")) max_seconds = atof(argv[++i]);
     else if (!strcmp(argv[i], "--no-snapshot")) use_snapshot = 0;
     else die("replica: unknown or incomplete option %s", argv[i]);
   }
   if (!url || !name || !sock) die("replica needs --nats URL --name NAME --listen SOCKET_PATH");
+  if (!g_block_size) die("--block-size must be >= 1");
   if (batch < 1) batch = 1;
   set_names();
   snprintf(durable, sizeof durable, "%s-%s", g_prefix, name);
@@ -1157,6 +1203,9 @@ static int run_replica(int argc, char **argv) {
   free(sc.seqs);
   return 0;
 }
+
+/* ---- bridge input: vLLM's ZeroMQ KV event feed ------------------------------------- */
+#include "fleet_vllm.h"
 
 /* ---- direct (reference), ask, info, purge ----------------------------------------- */
 static int run_direct(int argc, char **argv) {
@@ -1346,9 +1395,10 @@ int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr,
             "usage: kvidx-fleet bridge  --nats URL --file EVENTS [--rate EV_PER_S] [--rewind K] [--window N]\n"
+            "       kvidx-fleet bridge  --nats URL --zmq tcp://HOST:PORT=WORKER [--zmq ...]  (vLLM KV events)\n"
             "                           [--max-age S] [--max-msgs N] [--max-bytes N] [--dup-window S]\n"
             "       kvidx-fleet replica --nats URL --name NAME --listen SOCKET [--snap-every N]\n"
-            "                           [--snap-secs T] [--no-snapshot] [--batch N]\n"
+            "                           [--snap-secs T] [--no-snapshot] [--batch N] [--block-size 16]\n"
             "       kvidx-fleet direct  --file EVENTS --queries-out PATH [--query-every K] [--max-queries M]\n"
             "       kvidx-fleet ask SOCKET < lines\n"
             "       kvidx-fleet info  --nats URL\n"
@@ -1358,7 +1408,11 @@ int main(int argc, char **argv) {
   }
   g_role = argv[1];
   g_debug = getenv("KVIDX_FLEET_DEBUG") != NULL;
-  if (!strcmp(argv[1], "bridge")) rc = run_bridge(argc, argv);
+  if (!strcmp(argv[1], "bridge")) {
+    int zmq = 0, i;
+    for (i = 2; i < argc; i++) zmq |= !strcmp(argv[i], "--zmq");
+    rc = zmq ? run_bridge_zmq(argc, argv) : run_bridge(argc, argv);
+  }
   else if (!strcmp(argv[1], "replica")) rc = run_replica(argc, argv);
   else if (!strcmp(argv[1], "direct")) rc = run_direct(argc, argv);
   else if (!strcmp(argv[1], "ask")) rc = run_ask(argc, argv);
