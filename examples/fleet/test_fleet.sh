@@ -138,9 +138,12 @@ echo "test-fleet: stream holds each of the $NEV events once ($INFO); $(tail -n 1
 for r in r1 r2 r3; do
   wait_caught_up $r "$NEV" 30
   s=$(status $r)
-  for k in gaps errors malformed dup_skipped; do
+  for k in gaps errors malformed dup_skipped rebuilds; do
     [ "$(echo "$s" | field $k)" = 0 ] || fail "replica $r: $k != 0 ($s)"
   done
+  # each sequence applied once: from the snapshot on, every event exactly once
+  [ $(($(echo "$s" | field events) + $(echo "$s" | field snapshot_loaded_seq))) = "$NEV" ] ||
+    fail "replica $r: events + snapshot_loaded_seq != $NEV ($s)"
   "$FLEET" ask "$T/$r.sock" < "$T/q.txt" > "$T/$r.ans" || fail "ask $r"
   cmp -s "$T/$r.ans" "$T/ref.txt" || fail "replica $r answers differ from the reference: $(diff "$T/$r.ans" "$T/ref.txt" | head -n 4)"
   echo "test-fleet: replica $r: $NQ answers identical to the reference; $s"
