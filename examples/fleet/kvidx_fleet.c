@@ -31,7 +31,8 @@
  *   PING -> OK pong;  MATCH [lora=NAME] tok ... (--block-size tokens per
  *   block) or MATCHH h h ... (local hashes, decimal) ->
  *   OK blocks=N matches=M wid:dp:depth ...;  WORKER wid -> OK blocks=N;
- *   STATUS -> OK ready=0|1 applied_seq=... (counters)
+ *   STATUS -> OK ready=0|1 applied_seq=... (counters);  SNAPSHOT -> write a
+ *   snapshot now (once caught up; skipped if the head covers as much)
  *
  * Build: make fleet (libnats-dev).  Test: make test-fleet (nats-server). */
 #define _POSIX_C_SOURCE 200809L
@@ -556,6 +557,7 @@ static char g_not_ready[512] = "starting";
 static pthread_mutex_t g_reason_lock = PTHREAD_MUTEX_INITIALIZER;
 static apply_counters g_ac;
 static atomic_ullong g_applied_seq, g_snap_written, g_snap_loaded_seq, g_rebuilds;
+static atomic_int g_snap_request; /* SNAPSHOT: write one at the next chance */
 
 static void set_not_ready(const char *fmt, ...) {
   va_list ap;
@@ -692,6 +694,9 @@ static void on_query_line(char *line, size_t len, sbuf *out) {
       sb_printf(out, "OK blocks=%zu\n", kvidx_worker_blocks(g_ix, w, 0));
       pthread_rwlock_unlock(&g_ix_lock);
     }
+  } else if (!strcmp(line, "SNAPSHOT")) {
+    atomic_store(&g_snap_request, 1);
+    sb_printf(out, "OK snapshot requested\n");
   } else if (!strcmp(line, "STATUS")) {
     sb_printf(out,
               "OK ready=%d applied_seq=%llu events=%llu dup_skipped=%llu redelivered=%llu gaps=%llu "
@@ -706,7 +711,7 @@ static void on_query_line(char *line, size_t len, sbuf *out) {
               (unsigned long long)atomic_load(&g_snap_loaded_seq),
               (unsigned long long)atomic_load(&g_rebuilds));
   } else {
-    sb_printf(out, "ERR unknown command (PING MATCH MATCHH WORKER STATUS)\n");
+    sb_printf(out, "ERR unknown command (PING MATCH MATCHH WORKER STATUS SNAPSHOT)\n");
   }
 }
 
@@ -802,8 +807,9 @@ static int listen_unix(const char *path) {
  * A snapshot is chunks on  P.snap.chunk.<id>.<i>  (256 KiB each) and then a
  * head on  P.snap.head:  "v1 id=<id> covers=<stream seq> chunks=<n> bytes=<b>".
  * The head subject keeps one message (the newest).  After publishing a head
- * the writer purges every older chunk; a reader that loses that race sees a
- * missing chunk and starts over from the new head. */
+ * the writer purges the chunks older than the previous head's; a reader that
+ * still loses that race sees a missing chunk and starts over from the new
+ * head. */
 typedef struct {
   unsigned char *p;
   size_t n, cap, off;
@@ -830,7 +836,7 @@ static size_t mem_read(void *ctx, void *buf, size_t len) {
 
 typedef struct {
   char id[96];
-  uint64_t covers, chunks, bytes;
+  uint64_t covers, chunks, bytes, first; /* first: its first chunk's sequence */
 } snap_head;
 
 static int read_head(jsCtx *js, snap_head *h) {
@@ -838,7 +844,7 @@ static int read_head(jsCtx *js, snap_head *h) {
   jsErrCode je = 0;
   char buf[256];
   int len;
-  unsigned long long covers, chunks, bytes;
+  unsigned long long covers, chunks, bytes, first = 0;
   natsStatus s = js_GetLastMsg(&m, js, g_snap_stream, g_snap_head, NULL, &je);
   if (s != NATS_OK) return (s == NATS_NOT_FOUND || je == JSNoMessageFoundErr) ? 1 : -1;
   len = natsMsg_GetDataLength(m);
@@ -846,9 +852,10 @@ static int read_head(jsCtx *js, snap_head *h) {
   memcpy(buf, natsMsg_GetData(m), (size_t)len);
   buf[len] = 0;
   natsMsg_Destroy(m);
-  if (sscanf(buf, "v1 id=%95s covers=%llu chunks=%llu bytes=%llu", h->id, &covers, &chunks, &bytes) != 4)
+  if (sscanf(buf, "v1 id=%95s covers=%llu chunks=%llu bytes=%llu first=%llu", h->id, &covers, &chunks,
+             &bytes, &first) < 4)
     return -1;
-  h->covers = covers, h->chunks = chunks, h->bytes = bytes;
+  h->covers = covers, h->chunks = chunks, h->bytes = bytes, h->first = first;
   return 0;
 }
 
@@ -859,7 +866,7 @@ static int snapshot_load(jsCtx *js, kvidx *ix, snap_head *h) {
   uint64_t i;
   int rc = read_head(js, h);
   if (rc != 0) return rc;
-  if (h->bytes > ((uint64_t)1 << 36) || h->chunks > h->bytes / 1 + 1) return -1;
+  if (h->bytes > ((uint64_t)1 << 36) || h->chunks > h->bytes / CHUNK_BYTES + 1) return -1;
   for (i = 0; i < h->chunks; i++) {
     char subj[256];
     natsMsg *m = NULL;
@@ -894,8 +901,8 @@ static int snapshot_write(jsCtx *js, const kvidx *ix, uint64_t covers, const cha
   size_t off;
   uint64_t i = 0, first_chunk_seq = 0;
   jsErrCode je = 0;
-  int rc;
-  if (read_head(js, &h) == 0 && h.covers >= covers) return 0;
+  int rc, have_prev = read_head(js, &h) == 0;
+  if (have_prev && h.covers >= covers) return 0;
   rc = kvidx_snapshot_write(ix, mem_write, &b);
   if (rc != KVIDX_OK) {
     free(b.p);
@@ -918,20 +925,21 @@ static int snapshot_write(jsCtx *js, const kvidx *ix, uint64_t covers, const cha
       break;
     }
   }
-  snprintf(head, sizeof head, "v1 id=%s covers=%llu chunks=%llu bytes=%zu", id,
-           (unsigned long long)covers, (unsigned long long)i, b.n);
+  snprintf(head, sizeof head, "v1 id=%s covers=%llu chunks=%llu bytes=%zu first=%llu", id,
+           (unsigned long long)covers, (unsigned long long)i, b.n, (unsigned long long)first_chunk_seq);
   free(b.p);
   if (js_Publish(NULL, js, g_snap_head, head, (int)strlen(head), NULL, &je) != NATS_OK) return -1;
-  if (first_chunk_seq > 1) {
-    /* every older chunk goes, whoever wrote it (also those of a writer that
-     * died before its head): the new head names only chunks from here on.
-     * (Sequence 1 would mean "no bound" to the server: nothing is older.) */
+  if (have_prev && h.first > 1) {
+    /* the chunks before the previous head's go, whoever wrote them (also
+     * those of a writer that died before its head).  The previous snapshot
+     * stays loadable for one more interval: a replica still reading it is
+     * not cut short.  (Sequence 1 would mean "no bound" to the server.) */
     jsOptions o;
     char filt[256];
     jsOptions_Init(&o);
     snprintf(filt, sizeof filt, "%s.snap.chunk.>", g_prefix);
     o.Stream.Purge.Subject = filt;
-    o.Stream.Purge.Sequence = first_chunk_seq;
+    o.Stream.Purge.Sequence = h.first;
     js_PurgeStream(js, g_snap_stream, &o, &je);
   }
   atomic_fetch_add(&g_snap_written, 1);
@@ -1046,7 +1054,7 @@ static int run_replica(int argc, char **argv) {
     int rc = 1, tries, hole = 0, fetch_errors = 0;
     memset(&h, 0, sizeof h);
     if (use_snapshot) {
-      for (tries = 0; tries < 5; tries++) {
+      for (tries = 0; tries < 10; tries++) {
         rc = snapshot_load(l.js, ix, &h);
         if (rc >= 0) break;
         kvidx_destroy(ix);
@@ -1179,8 +1187,9 @@ static int run_replica(int argc, char **argv) {
                (unsigned long long)(target - (start - 1)), t_ready - t_loaded, t_ready - t_epoch);
         fflush(stdout);
       }
-      if (t_ready && since_snap > 0 &&
-          ((snap_every && since_snap >= snap_every) || now_s() - t_last_snap >= snap_secs)) {
+      if (t_ready && (atomic_exchange(&g_snap_request, 0) ||
+                      (since_snap > 0 && ((snap_every && since_snap >= snap_every) ||
+                                          now_s() - t_last_snap >= snap_secs)))) {
         if (snapshot_write(l.js, ix, applied, name) == 0) since_snap = 0;
         t_last_snap = now_s();
       }
