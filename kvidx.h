@@ -649,7 +649,8 @@ typedef struct {
   KVIDX__A(uint32_t) nhold;   /* holder entries in use                         */
   KVIDX__A(uint32_t) locals;  /* word index of the locals chunk                */
   KVIDX__A(uint32_t) holders; /* word index of the holder chunk                */
-  uint32_t kids;              /* writer: child-map entries under this run      */
+  KVIDX__A(uint32_t) kids;    /* child runs hanging below: readers and stores
+                                 skip the child map when there are none       */
   uint32_t next_free;         /* writer: free list                             */
 } kvidx__run;
 
@@ -1284,6 +1285,11 @@ KVIDX__PRIV kvidx__run *kvidx__run_at(const kvidx *ix, uint32_t r) { /* writer: 
   return KVIDX__RCAST(kvidx__run *, kvidx__grow_get(&ix->runs, r, 1, 0));
 }
 
+KVIDX__PRIV void kvidx__kids_add(kvidx *ix, uint32_t r, uint32_t d) {
+  kvidx__run *rn = kvidx__run_at(ix, r);
+  kvidx__st(&rn->kids, kvidx__ld(&rn->kids) + d);
+}
+
 KVIDX__PRIV void kvidx__run_wbegin(kvidx__run *rn) {
   kvidx__st(&rn->ver, kvidx__ld(&rn->ver) + 1);
   kvidx__fence_rel();
@@ -1344,13 +1350,13 @@ KVIDX__PRIV uint32_t kvidx__run_new(kvidx *ix, uint32_t parent, uint32_t poff, u
   kvidx__st(&rn->nhold, 0u);
   kvidx__st(&rn->shape, KVIDX__SHAPE(1, poff, lc, KVIDX__NOCLASS));
   kvidx__run_wend(rn);
-  rn->kids = 0;
+  kvidx__st(&rn->kids, 0u);
   rn->next_free = KVIDX__NONE;
   kvidx__child_key(e, parent, poff, local);
   e[2] = r;
   kvidx__map_insert(ix, &ix->children, e);
   KVIDX_TEST_HOOK(ix, 4); /* published, no holder yet */
-  if (parent != KVIDX__NONE) kvidx__run_at(ix, parent)->kids++;
+  if (parent != KVIDX__NONE) kvidx__kids_add(ix, parent, 1u);
   ix->runs_live++;
   ix->entries++;
   return r;
@@ -1382,7 +1388,7 @@ KVIDX__PRIV void kvidx__run_release(kvidx *ix, uint32_t r) {
     kvidx__run *rn = kvidx__run_at(ix, r);
     uint32_t shape = kvidx__ld(&rn->shape), parent = kvidx__ld(&rn->parent);
     uint64_t key[2];
-    if (kvidx__ld(&rn->nhold) || rn->kids) return;
+    if (kvidx__ld(&rn->nhold) || kvidx__ld(&rn->kids)) return;
     kvidx__child_key(key, parent, KVIDX__POFF(shape), kvidx__local_at(ix, rn, 0));
     kvidx__map_delete(ix, &ix->children, kvidx__map_find(ix, &ix->children, key));
     kvidx__run_wbegin(rn);
@@ -1395,7 +1401,7 @@ KVIDX__PRIV void kvidx__run_release(kvidx *ix, uint32_t r) {
     ix->run_free = r;
     ix->runs_live--;
     ix->entries -= KVIDX__LEN(shape);
-    if (parent != KVIDX__NONE) kvidx__run_at(ix, parent)->kids--;
+    if (parent != KVIDX__NONE) kvidx__kids_add(ix, parent, ~0u);
     r = parent;
   }
 }
@@ -1765,16 +1771,17 @@ KVIDX__PRIV void kvidx__prune(kvidx *ix, size_t limit, uint32_t ps, const uint64
 /* Where block `local` goes after position (r, off) of worker s's store:
  * along the run, into a child run, appended to the run's end, or a new run. */
 KVIDX__PRIV int kvidx__advance(kvidx *ix, uint32_t *r, uint32_t *off, uint64_t local, size_t hint) {
-  uint32_t c, len = 0;
+  uint32_t c, len = 0, kids = 1;
   if (*r != KVIDX__NONE) {
     kvidx__run *rn = kvidx__run_at(ix, *r);
     len = KVIDX__LEN(kvidx__ld(&rn->shape));
+    kids = kvidx__ld(&rn->kids);
     if (*off + 1 < len && kvidx__local_at(ix, rn, *off + 1) == local) {
       ++*off;
       return KVIDX_OK;
     }
   }
-  if ((c = kvidx__child_find(ix, *r, *off, local)) != KVIDX__NONE) {
+  if (kids && (c = kvidx__child_find(ix, *r, *off, local)) != KVIDX__NONE) {
     *r = c;
     *off = 0;
     return KVIDX_OK;
@@ -2058,7 +2065,7 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
   kvidx *ix = KVIDX__MUT(cix);
   uint64_t act[KVIDX__NW_MAX], seen[KVIDX__NW_MAX];
   uint32_t hits[KVIDX_WORKERS_MAX];
-  uint32_t nw = rc->nw, r, w, hw = ix->hw, first = 1, prev = KVIDX__NONE, poff = 0, nhits = 0, m = 0, j;
+  uint32_t nw = rc->nw, r, w, hw = ix->hw, first = 1, prev = KVIDX__NONE, poff = 0, nhits = 0, m = 0, j, kids = 0;
   size_t p = 0;
   if (!n) return;
   memset(act, 0, nw * sizeof(uint64_t));
@@ -2085,6 +2092,7 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
         hp = KVIDX__RCAST(KVIDX__A(uint64_t) *,
                           kvidx__grow_get(&ix->words.g, kvidx__ld(&rn->holders), KVIDX__CAST(uint64_t, nh) * hw, 1));
       if (!lw || (nh && !hp) || nh > ix->max_workers) continue; /* torn: retry */
+      kids = kvidx__ld(&rn->kids);
       max = n - p < len ? KVIDX__CAST(uint32_t, n - p) : len;
       for (m = 0; m < max && kvidx__ld(&lw[m]) == loc[p + m]; m++) {}
       for (nhits = 0, j = 0; j < nh; j++) {
@@ -2135,7 +2143,7 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
     if (w == nw) break;
     prev = r;
     poff = m - 1;
-    r = kvidx__child_probe(ix, rc, r, m - 1, loc[p]);
+    r = kids ? kvidx__child_probe(ix, rc, r, m - 1, loc[p]) : KVIDX__NONE;
   }
   for (w = 0; w < nw; w++) /* still matching where the walk ended */
     for (; act[w]; act[w] &= act[w] - 1) {
@@ -2768,7 +2776,7 @@ KVIDX__PRIV int kvidx__check_runs(kvidx *ix) {
     } else {
       KVIDX__CHK(KVIDX__POFF(shape) == 0);
     }
-    KVIDX__CHK(kvidx__ld(&rn->nhold) || rn->kids); /* nobody holds it and nothing hangs below: freed */
+    KVIDX__CHK(kvidx__ld(&rn->nhold) || kvidx__ld(&rn->kids)); /* nobody holds it and nothing hangs below: freed */
     KVIDX__CHK(kvidx__ld(&rn->nhold) == 0 || (KVIDX__HCLS(shape) != KVIDX__NOCLASS &&
                                                kvidx__ld(&rn->nhold) * ix->hw <= (1u << KVIDX__HCLS(shape))));
     for (j = 0; j < kvidx__ld(&rn->nhold); j++) { /* each entry has its holding */
@@ -2788,10 +2796,10 @@ KVIDX__PRIV int kvidx__check_runs(kvidx *ix) {
       kvidx__run *rn = kvidx__run_at(ix, r);
       uint32_t parent = kvidx__ld(&rn->parent);
       if (KVIDX__LEN(kvidx__ld(&rn->shape)) && parent != KVIDX__NONE)
-        kvidx__run_at(ix, parent)->kids += q ? 1u : ~0u;
+        kvidx__kids_add(ix, parent, q ? 1u : ~0u);
     }
     for (r = 0; r < ix->runs_hw && !q; r++)
-      if (KVIDX__LEN(kvidx__ld(&kvidx__run_at(ix, r)->shape)) && kvidx__run_at(ix, r)->kids) freed = KVIDX__NONE;
+      if (KVIDX__LEN(kvidx__ld(&kvidx__run_at(ix, r)->shape)) && kvidx__ld(&kvidx__run_at(ix, r)->kids)) freed = KVIDX__NONE;
   }
   KVIDX__CHK(freed != KVIDX__NONE);
   KVIDX__CHK(holders == ix->holds.n && ix->children.n == live);
