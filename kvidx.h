@@ -3145,7 +3145,8 @@ KVIDX_DEF int kvidx_dump(const kvidx *cix, kvidx_event_fn emit, void *ctx) {
  *   u64 a, u64 b, u64 c, u64 d
  *   type 1 Stored block: a parent seq, b local, c seq, d expires_at
  *   type 2 Removed:      a seq (tier 255 = every copy)
- *   type 3 event id:     a last event id
+ *   type 3 event id:     a last event id, b its generation (0 in snapshots
+ *                        written before generations existed)
  *   type 255 end:        a number of records before it, d XXH3-64 (seed 0)
  *                        of every byte before d
  * Unknown types, flags or a short read fail the whole read. */
@@ -3235,7 +3236,7 @@ KVIDX_DEF int kvidx_snapshot_write(const kvidx *cix, kvidx_write_fn write, void 
   rc = kvidx__dump_locked(ix, kvidx__snap_emit, &w);
   for (i = 0; rc == KVIDX_OK && i <= ix->evtab_mask; i++) /* each worker's last event id */
     if (ix->evtab[i].used) {
-      kvidx__snap_rec(r, 3, 0, 0, ix->evtab[i].rank, ix->evtab[i].id, ix->evtab[i].last, 0, 0, 0);
+      kvidx__snap_rec(r, 3, 0, 0, ix->evtab[i].rank, ix->evtab[i].id, ix->evtab[i].last, ix->evtab[i].gen, 0, 0);
       rc = kvidx__snap_out(&w, r, KVIDX__SNAP_REC);
       w.count++;
     }
@@ -3324,10 +3325,11 @@ KVIDX__PRIV int kvidx__snap_read_all(kvidx *ix, kvidx_read_fn read, void *ctx) {
       if (kvidx__remove(ix, worker, rank, &a, 1, KVIDX_TIER_ALL) != KVIDX_OK) return KVIDX_ECORRUPT;
     } else if (r[0] == 3) {
       kvidx__evid *e;
-      if (r[1] || r[2] || b || c || d || kvidx__ev_find(ix, worker, rank)) return KVIDX_ECORRUPT;
+      if (r[1] || r[2] || c || d || kvidx__ev_find(ix, worker, rank)) return KVIDX_ECORRUPT;
       kvidx__lock(ix);
       e = kvidx__ev_put(ix, worker, rank);
       e->last = a;
+      e->gen = b;
       kvidx__unlock(ix);
     } else {
       return KVIDX_ECORRUPT;
