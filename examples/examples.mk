@@ -8,7 +8,7 @@
 #   make test-install    install into build/, build a consumer via
 #                        pkg-config and via CMake find_package(kvidx)
 #   make test-matrix     compilers x standards x options, warnings as errors
-#   make vllm-events     the vLLM KV-event daemon (libzmq3-dev libmsgpack-dev)
+#   make vllm-events     the vLLM KV-event daemon (libzmq3-dev)
 #   make test-vllm       its end-to-end test with a Python vLLM-format publisher
 #
 # Uses the top Makefile's CC CXX CLANG CLANGXX CFLAGS_BASE WARN BUILD PTHREAD
@@ -107,16 +107,18 @@ test-matrix: | deps
 	  sh examples/matrix/run.sh $(BUILD)
 
 # ---- vLLM KV-event daemon (optional dependencies) ----------------------------------
-VLLM_DEB_PKGS := libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack
+VLLM_DEB_PKGS := libzmq3-dev python3-zmq python3-msgpack
 VLLM_BIN := $(BUILD)/kvidx-vllm-events
 
 vllm-events: $(VLLM_BIN)
 
-$(VLLM_BIN): examples/vllm_events/kvidx_vllm.c kvidx.h | deps
+# The decoder (vllm_decode.c) has its own bounded msgpack reader: no msgpack-c.
+$(VLLM_BIN): examples/vllm_events/kvidx_vllm.c examples/vllm_events/vllm_decode.c \
+             examples/vllm_events/vllm_decode.h kvidx.h | deps
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_BASE) $$(pkg-config --cflags libzmq msgpack 2>/dev/null) \
-	  -o $@ examples/vllm_events/kvidx_vllm.c \
-	  $$(pkg-config --libs libzmq msgpack 2>/dev/null || echo -lzmq -lmsgpackc)
+	$(CC) $(CFLAGS_BASE) $$(pkg-config --cflags libzmq 2>/dev/null) \
+	  -o $@ examples/vllm_events/kvidx_vllm.c examples/vllm_events/vllm_decode.c \
+	  $$(pkg-config --libs libzmq 2>/dev/null || echo -lzmq)
 
 # Installs the Debian packages when root; otherwise skips with a message.
 test-vllm: | deps
