@@ -121,7 +121,7 @@ $(VLLM_BIN): examples/vllm_events/kvidx_vllm.c examples/vllm_events/vllm_decode.
 	  $$(pkg-config --libs libzmq 2>/dev/null || echo -lzmq)
 
 # Installs the Debian packages when root; otherwise skips with a message.
-test-vllm: | deps
+test-vllm: $(BUILD)/libkvidx.so | deps
 	@missing=""; for p in $(VLLM_DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
@@ -134,7 +134,7 @@ test-vllm: | deps
 	  fi; \
 	fi; \
 	$(MAKE) --no-print-directory $(VLLM_BIN) && \
-	timeout 120 /usr/bin/python3 examples/vllm_events/test_vllm_events.py \
-	  $(VLLM_BIN) $(abspath $(BUILD))/vllm-test $(abspath $(VECTORS))
+	timeout 240 /usr/bin/python3 examples/vllm_events/test_vllm_events.py \
+	  $(VLLM_BIN) $(abspath $(BUILD))/vllm-test $(abspath $(BUILD))/libkvidx.so
 
 TEST_PARTS += test-examples test-python test-install test-matrix test-vllm

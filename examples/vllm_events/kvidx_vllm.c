@@ -53,12 +53,15 @@
  *                     --listen unix:/run/kvidx.sock | --listen 127.0.0.1:7070
  *                     [--block-size 16] [--topic T] [--kind positional|radix]
  *                     [--snapshot PATH] [--all-groups] [--max-blocks N]
- *                     [--replay-timeout MS] [--max-seconds S] [--quiet]
+ *                     [--offload-block-factor N] [--replay-timeout MS]
+ *                     [--max-seconds S] [--quiet]
  *   Each --endpoint is a vLLM publisher (its kv-events endpoint; one per DP
  *   rank, whose events carry the rank) and the worker id its events are
  *   filed under; --replay names that publisher's replay endpoint.
  *   --max-blocks bounds the blocks whose identities the decoder remembers
  *   (for CPU offload events and removals; default 1048576).
+ *   --offload-block-factor N: GPU blocks per offloaded block when the
+ *   offloading connector's events say block_size 0 (default 1).
  *   --snapshot PATH: warm restart.  At start the index (and each worker's
  *   last event id and generation) is loaded from PATH if it exists; on a
  *   clean stop (SIGTERM, SIGINT, --max-seconds) it is written to PATH.tmp,
@@ -657,7 +660,8 @@ static void usage(void) {
           "usage: kvidx-vllm-events --endpoint URL=WORKER_ID [--replay URL] [--endpoint ...]\n"
           "         --listen unix:PATH|127.0.0.1:PORT [--block-size N] [--topic T]\n"
           "         [--kind positional|radix] [--snapshot PATH] [--all-groups]\n"
-          "         [--max-blocks N] [--replay-timeout MS] [--max-seconds S] [--quiet]\n");
+          "         [--max-blocks N] [--offload-block-factor N] [--replay-timeout MS]\n"
+          "         [--max-seconds S] [--quiet]\n");
   exit(2);
 }
 
@@ -672,7 +676,7 @@ int main(int argc, char **argv) {
   kvidx_config cfg = {0};
   void *zctx;
   int lfd, rc, a, status = 0, all_groups = 0;
-  size_t max_idents = 1u << 20;
+  size_t max_idents = 1u << 20, offload_factor = 1;
   struct sigaction sa;
 
   cfg.kind = KVIDX_POSITIONAL;
@@ -703,6 +707,7 @@ int main(int argc, char **argv) {
       ep[nep - 1].replay_url = argv[++a];
     } else if (!strcmp(s, "--replay-timeout")) g_replay_ms = strtol(argv[++a], NULL, 10);
     else if (!strcmp(s, "--max-blocks")) max_idents = strtoul(argv[++a], NULL, 10);
+    else if (!strcmp(s, "--offload-block-factor")) offload_factor = strtoul(argv[++a], NULL, 10);
     else if (!strcmp(s, "--listen")) listen_spec = argv[++a];
     else if (!strcmp(s, "--block-size")) g_block_size = strtoul(argv[++a], NULL, 10);
     else if (!strcmp(s, "--topic")) topic = argv[++a];
@@ -724,6 +729,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   g_vd.all_groups = all_groups;
+  if (offload_factor) g_vd.offload_factor = offload_factor;
   g_vd.log = vd_log;
   if (snapshot) snapshot_load(snapshot);
   if ((lfd = listen_on(listen_spec, unix_path, sizeof unix_path)) < 0) return 1;

@@ -404,6 +404,7 @@ int vd_init(vd_state *s, kvidx *ix, size_t block_size, size_t max_idents) {
   s->ix = ix;
   s->block_size = block_size;
   s->max_idents = max_idents ? max_idents : 1;
+  s->offload_factor = 1;
   s->tab_cap = 1024;
   s->tab = calloc(s->tab_cap, sizeof *s->tab);
   s->ws = calloc(VD_MAX_WS, sizeof *s->ws);
@@ -685,9 +686,10 @@ static void on_offload(vd_state *s, const batch_ctx *b, uint64_t id, long n, int
   kvidx_event e;
   uint64_t parent = 0;
   int has_parent = 0, rc;
-  if (bs == 0) factor = 1; /* newest vLLM sends 0: one device block each */
+  if (bs == 0) factor = s->offload_factor; /* newest vLLM sends 0 */
   else if (bs % s->block_size == 0 && bs / s->block_size <= 4096) factor = (size_t)(bs / s->block_size);
   else { malformed(s, b, id); return; }
+  if (factor == 0 || factor > 4096) { malformed(s, b, id); return; }
   if (b->ws) b->ws->factor[tier] = (uint32_t)factor;
   total = (size_t)n * factor;          /* n <= message bytes, factor <= 4096 */
   if (total > s->tab_n) {              /* cannot all be known blocks */

@@ -30,6 +30,8 @@ typedef struct {
   size_t block_size;  /* the device block size (queries use it too)        */
   int all_groups;     /* keep every KV cache group                         */
   size_t max_idents;  /* identity table bound (blocks remembered)          */
+  size_t offload_factor; /* device blocks per offloaded block when an
+                            offload event says block_size 0 (newest vLLM) */
   vd_counters c;
   vd_log_fn log;
   void *log_ctx;
