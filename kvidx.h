@@ -369,7 +369,7 @@ KVIDX_API size_t kvidx_find_matches_tiered(const kvidx *ix, const uint64_t *loca
  * hooks (KVIDX_ENOTSUP in caller-buffer mode and for KVIDX_REFERENCE).
  * kvidx_snapshot_write / _read: the same content as a binary stream
  * (versioned header, little endian, XXH3 checksum) plus each worker's last
- * event id, through caller callbacks.  read needs an empty target index; on
+ * event id and its generation, through caller callbacks.  read needs an empty target index; on
  * any error (KVIDX_ECORRUPT, KVIDX_EVERSION, KVIDX_ETRUNCATED, KVIDX_EIO, or
  * the target refusing a block) the target is left empty and valid.
  * Eviction recency restarts from load order; expiries are kept. */
