@@ -272,7 +272,7 @@ static uint64_t gkey(uint64_t h, int64_t g) {
 struct vd_ident {
   uint64_t wid, key, local, parent;
   uint32_t dp;
-  unsigned char used, tiers, has_parent;
+  unsigned char used, tiers, has_parent, mark; /* mark: already in a list being built */
 };
 
 static size_t ihome(const vd_state *s, uint64_t wid, uint32_t dp, uint64_t key) {
@@ -391,7 +391,7 @@ int vd_check(const vd_state *s) {
     const vd_ident *e = &s->tab[i];
     if (!e->used) continue;
     n++;
-    if (!e->tiers || (e->tiers & ~7u) || ifind(s, e->wid, e->dp, e->key) != e) return -1;
+    if (!e->tiers || (e->tiers & ~7u) || e->mark || ifind(s, e->wid, e->dp, e->key) != e) return -1;
   }
   return n == s->tab_n && n <= s->max_idents && s->tab_n * 4 <= s->tab_cap * 3 + 4 ? 0 : -1;
 }
@@ -677,6 +677,22 @@ static int fold_extra(vd_state *s, mp c, const mpv *lname, uint64_t *out) {
 }
 
 /* ---- events ---------------------------------------------------------------- */
+/* Clears the marks a walk over the chunks of hashes s->u64[0..n) set (an
+ * offload store or a removal): the same walk, stopping at unmarked ones. */
+static void unmark_chains(vd_state *s, const batch_ctx *b, int64_t g, long n, size_t factor) {
+  size_t i, j;
+  for (i = 0; i < (size_t)n; i++) {
+    uint64_t key = gkey(s->u64[i], g);
+    for (j = 0; j < factor; j++) {
+      vd_ident *x = ifind(s, b->wid, b->dp, key);
+      if (!x || !x->mark) break;
+      x->mark = 0;
+      if (!x->has_parent) break;
+      key = x->parent;
+    }
+  }
+}
+
 /* CPU / disk copies the offloading connector reports without tokens: each
  * hash names the last device block of a chunk of `factor` device blocks;
  * identities come from the device-tier stores of the same hashes. */
@@ -702,6 +718,10 @@ static void on_offload(vd_state *s, const batch_ctx *b, uint64_t id, long n, int
     uint64_t key = gkey(s->u64[i], g);
     for (j = factor; j-- > 0;) { /* the chunk back to front */
       vd_ident *e2 = ifind(s, b->wid, b->dp, key);
+      if (e2 && e2->mark) { /* a block twice (a cycle of parents): not one chain */
+        s->c.unresolved += (unsigned long long)(n - (long)i);
+        goto cut;
+      }
       if (!e2) {
         s->c.unresolved += (unsigned long long)(n - (long)i);
         logf_(s, "worker %llu dp %u: offloaded block %016llx was never stored on the device: "
@@ -710,6 +730,7 @@ static void on_offload(vd_state *s, const batch_ctx *b, uint64_t id, long n, int
       }
       s->blk[k + j].seq = key;
       s->blk[k + j].local = e2->local;
+      e2->mark = 1;
       if (j == 0 && i == 0) {
         has_parent = e2->has_parent;
         parent = e2->parent;
@@ -727,6 +748,7 @@ static void on_offload(vd_state *s, const batch_ctx *b, uint64_t id, long n, int
     k += factor;
   }
 cut:
+  unmark_chains(s, b, g, n, factor);
   memset(&e, 0, sizeof e);
   e.event_id = id;
   e.type = KVIDX_EV_STORED;
@@ -873,11 +895,14 @@ static void on_removed(vd_state *s, const batch_ctx *b, mp ev, uint64_t id) {
         if (j == 0 && s->overflowed) s->u64b[k++] = key;
         break;
       }
+      if (x->mark) break; /* listed already: a seq twice would refuse the event */
+      x->mark = 1;
       if (x->tiers & (1u << tier)) s->u64b[k++] = key;
       if (!x->has_parent) break;
       key = x->parent;
     }
   }
+  unmark_chains(s, b, g, n, factor);
   memset(&e, 0, sizeof e);
   e.event_id = id;
   e.type = KVIDX_EV_REMOVED;
@@ -885,7 +910,7 @@ static void on_removed(vd_state *s, const batch_ctx *b, mp ev, uint64_t id) {
   e.seqs = s->u64b;
   e.n = k;
   rc = apply_ev(s, b, &e);
-  if (rc >= 0 && rc != KVIDX_DUPLICATE) {
+  if ((rc >= 0 && rc != KVIDX_DUPLICATE) || rc == KVIDX_ENOENT) { /* ENOENT: the held ones went */
     unlearn(s, b->wid, b->dp, s->u64b, k, tier);
     s->c.removed += k;
   }
