@@ -83,11 +83,12 @@
  *                     a correctness oracle for your own tests.  Slow.
  *
  * PRODUCTION EVENTS (see the declarations for details)
- *   kvidx_apply(ix, &ev)       one engine event with its id: gaps (KVIDX_GAP,
- *                              ask for a replay), duplicates (ignored), ids
- *                              going backwards (engine restart: old blocks
- *                              dropped first), storage tiers (a host-tier
- *                              Removed keeps the device copy).
+ *   kvidx_apply(ix, &ev)       one engine event with its id and generation:
+ *                              gaps (KVIDX_GAP, ask for a replay), resent or
+ *                              old ids (ignored), a new generation (engine
+ *                              restart: old blocks dropped first), storage
+ *                              tiers (a host-tier Removed keeps the device
+ *                              copy).
  *   kvidx_find_matches_tiered  depth on any tier + device blocks per worker.
  *   cfg.evict, cfg.max_blocks  bounded memory: refuse (EFULL), or prune least
  *                              recently stored first (deepest first), or by
@@ -157,9 +158,9 @@ enum {
   KVIDX_EIO = -11,      /* a caller callback reported an error             */
   /* kvidx_apply's informational results (the event was handled): */
   KVIDX_GAP = 1,        /* applied; event ids were skipped: ask for replay */
-  KVIDX_RESTARTED = 2,  /* id went backwards: the worker's old blocks were
+  KVIDX_RESTARTED = 2,  /* generation changed: the worker's old blocks were
                            dropped (engine restart), then it was applied  */
-  KVIDX_DUPLICATE = 3   /* id already seen: ignored                        */
+  KVIDX_DUPLICATE = 3   /* id at or below the last one: ignored            */
 };
 
 /* Dynamo's hash seed. */
@@ -288,13 +289,16 @@ typedef struct {
 KVIDX_API int kvidx_get_stats(const kvidx *ix, kvidx_stats *out);
 
 /* ---- production event handling ------------------------------------------
- * One call applies one engine event and tracks event ids per worker:
- *   first event of a worker: any id;  id == last + 1: applied, KVIDX_OK;
+ * One call applies one engine event and tracks, per worker, the stream
+ * generation (a publisher instance number the caller sets: a new one each
+ * time the engine or its publisher restarts) and the last event id in it:
+ *   first event of a worker: any generation, any id;
+ *   generation changed: the engine restarted: its old blocks are dropped,
+ *   then the event is applied (any id), KVIDX_RESTARTED;
+ *   same generation:  id == last + 1: applied, KVIDX_OK;
  *   id > last + 1: applied, KVIDX_GAP (ask the engine for a replay);
- *   id == last: ignored, KVIDX_DUPLICATE;
- *   id < last: the engine restarted (as Dynamo reads a stream going
- *   backwards): its old blocks are dropped, then the event is applied,
- *   KVIDX_RESTARTED.  A replay of older ids therefore counts as a restart.
+ *   id <= last: ignored, KVIDX_DUPLICATE (a resent, reordered or replayed
+ *   event never wipes the worker; only a generation change does).
  * An error wins over GAP / RESTARTED in the status (kvidx_last_event_id tells
  * where the stream stands).  Ids and errors:
  *   KVIDX_EINVAL / KVIDX_ENOTSUP (a malformed event): nothing happens.
@@ -321,10 +325,14 @@ typedef struct {
   const uint64_t *seqs;      /* Removed                                      */
   size_t n;                  /* blocks or seqs                               */
   uint64_t expires_at;       /* Stored, KVIDX_EVICT_EXPIRY: 0 = never        */
+  uint64_t generation;       /* stream generation (publisher instance): a
+                                change means the engine restarted           */
 } kvidx_event;
 KVIDX_API int kvidx_apply(kvidx *ix, const kvidx_event *ev);
 /* Last event id seen for a worker: KVIDX_OK, or KVIDX_ENOENT if none. */
 KVIDX_API int kvidx_last_event_id(const kvidx *ix, uint64_t worker_id, uint32_t dp_rank, uint64_t *out);
+/* The generation that id belongs to: KVIDX_OK, or KVIDX_ENOENT if none. */
+KVIDX_API int kvidx_last_event_gen(const kvidx *ix, uint64_t worker_id, uint32_t dp_rank, uint64_t *out);
 /* Case-insensitive: "cpu", "host", "cpu_pinned", "pinned", "dram" -> HOST;
  * "disk", "ssd", "nvme", "local_disk", "storage" -> DISK; "GPU", "cuda",
  * NULL, empty and any other name -> DEVICE (what engines that send no
@@ -363,7 +371,7 @@ KVIDX_API size_t kvidx_find_matches_tiered(const kvidx *ix, const uint64_t *loca
  * hooks (KVIDX_ENOTSUP in caller-buffer mode and for KVIDX_REFERENCE).
  * kvidx_snapshot_write / _read: the same content as a binary stream
  * (versioned header, little endian, XXH3 checksum) plus each worker's last
- * event id, through caller callbacks.  read needs an empty target index; on
+ * event id and its generation, through caller callbacks.  read needs an empty target index; on
  * any error (KVIDX_ECORRUPT, KVIDX_EVERSION, KVIDX_ETRUNCATED, KVIDX_EIO, or
  * the target refusing a block) the target is left empty and valid.
  * Eviction recency restarts from load order; expiries are kept. */
@@ -669,7 +677,7 @@ typedef struct {
 } kvidx__slot;
 
 typedef struct { /* per-worker event id tracking (kvidx_apply)            */
-  uint64_t id, last;
+  uint64_t id, last, gen;
   uint32_t rank, used;
 } kvidx__evid;
 
@@ -2495,11 +2503,11 @@ KVIDX_DEF int kvidx_apply(kvidx *ix, const kvidx_event *ev) {
   if (ev->type == KVIDX_EV_STORED && ev->tier != KVIDX_TIER_DEVICE && !ix->tiers_on) return KVIDX_ENOTSUP;
   kvidx__lock(ix);
   e = kvidx__ev_find(ix, ev->worker_id, ev->dp_rank);
-  if (e && ev->event_id == e->last) {
+  if (e && ev->generation == e->gen && ev->event_id <= e->last) {
     kvidx__unlock(ix);
     return KVIDX_DUPLICATE;
   }
-  if (e && ev->event_id < e->last) { /* the engine restarted: its cache is gone */
+  if (e && ev->generation != e->gen) { /* the engine restarted: its cache is gone */
     kvidx_event clr = *ev;
     clr.type = KVIDX_EV_CLEARED;
     kvidx__apply_op(ix, &clr);
@@ -2515,6 +2523,7 @@ KVIDX_DEF int kvidx_apply(kvidx *ix, const kvidx_event *ev) {
   } else { /* applied, or refused for good (unknown parent / seqs): the id counts */
     if (!e) e = kvidx__ev_put(ix, ev->worker_id, ev->dp_rank);
     e->last = ev->event_id;
+    e->gen = ev->generation;
   }
   kvidx__unlock(ix);
   return rc != KVIDX_OK ? rc : info;
@@ -2527,6 +2536,19 @@ KVIDX_DEF int kvidx_last_event_id(const kvidx *ix, uint64_t worker_id, uint32_t 
   kvidx__lock(KVIDX__MUT(ix));
   if ((e = kvidx__ev_find(ix, worker_id, dp_rank)) != NULL) {
     *out = e->last;
+    rc = KVIDX_OK;
+  }
+  kvidx__unlock(KVIDX__MUT(ix));
+  return rc;
+}
+
+KVIDX_DEF int kvidx_last_event_gen(const kvidx *ix, uint64_t worker_id, uint32_t dp_rank, uint64_t *out) {
+  const kvidx__evid *e;
+  int rc = KVIDX_ENOENT;
+  if (!ix || !out) return KVIDX_EINVAL;
+  kvidx__lock(KVIDX__MUT(ix));
+  if ((e = kvidx__ev_find(ix, worker_id, dp_rank)) != NULL) {
+    *out = e->gen;
     rc = KVIDX_OK;
   }
   kvidx__unlock(KVIDX__MUT(ix));
@@ -2866,8 +2888,8 @@ KVIDX_DEF const char *kvidx_strerror(int status) {
   case KVIDX_ETRUNCATED: return "snapshot ended early; target left empty";
   case KVIDX_EIO: return "a caller callback reported an error";
   case KVIDX_GAP: return "applied; event ids were skipped (ask the engine for a replay)";
-  case KVIDX_RESTARTED: return "event id went backwards: the worker's old blocks were dropped, then the event applied";
-  case KVIDX_DUPLICATE: return "event id already seen: ignored";
+  case KVIDX_RESTARTED: return "stream generation changed: the worker's old blocks were dropped, then the event applied";
+  case KVIDX_DUPLICATE: return "event id at or below the last one of its generation: ignored";
   default: return "unknown status";
   }
 }
@@ -3103,7 +3125,8 @@ KVIDX_DEF int kvidx_dump(const kvidx *cix, kvidx_event_fn emit, void *ctx) {
  *   u64 a, u64 b, u64 c, u64 d
  *   type 1 Stored block: a parent seq, b local, c seq, d expires_at
  *   type 2 Removed:      a seq (tier 255 = every copy)
- *   type 3 event id:     a last event id
+ *   type 3 event id:     a last event id, b its generation (0 in snapshots
+ *                        written before generations existed)
  *   type 255 end:        a number of records before it, d XXH3-64 (seed 0)
  *                        of every byte before d
  * Unknown types, flags or a short read fail the whole read. */
@@ -3193,7 +3216,7 @@ KVIDX_DEF int kvidx_snapshot_write(const kvidx *cix, kvidx_write_fn write, void 
   rc = kvidx__dump_locked(ix, kvidx__snap_emit, &w);
   for (i = 0; rc == KVIDX_OK && i <= ix->evtab_mask; i++) /* each worker's last event id */
     if (ix->evtab[i].used) {
-      kvidx__snap_rec(r, 3, 0, 0, ix->evtab[i].rank, ix->evtab[i].id, ix->evtab[i].last, 0, 0, 0);
+      kvidx__snap_rec(r, 3, 0, 0, ix->evtab[i].rank, ix->evtab[i].id, ix->evtab[i].last, ix->evtab[i].gen, 0, 0);
       rc = kvidx__snap_out(&w, r, KVIDX__SNAP_REC);
       w.count++;
     }
@@ -3282,10 +3305,11 @@ KVIDX__PRIV int kvidx__snap_read_all(kvidx *ix, kvidx_read_fn read, void *ctx) {
       if (kvidx__remove(ix, worker, rank, &a, 1, KVIDX_TIER_ALL) != KVIDX_OK) return KVIDX_ECORRUPT;
     } else if (r[0] == 3) {
       kvidx__evid *e;
-      if (r[1] || r[2] || b || c || d || kvidx__ev_find(ix, worker, rank)) return KVIDX_ECORRUPT;
+      if (r[1] || r[2] || c || d || kvidx__ev_find(ix, worker, rank)) return KVIDX_ECORRUPT;
       kvidx__lock(ix);
       e = kvidx__ev_put(ix, worker, rank);
       e->last = a;
+      e->gen = b;
       kvidx__unlock(ix);
     } else {
       return KVIDX_ECORRUPT;

@@ -8,7 +8,7 @@
 #   make test-install    install into build/, build a consumer via
 #                        pkg-config and via CMake find_package(kvidx)
 #   make test-matrix     compilers x standards x options, warnings as errors
-#   make vllm-events     the vLLM KV-event daemon (libzmq3-dev libmsgpack-dev)
+#   make vllm-events     the vLLM KV-event daemon (libzmq3-dev)
 #   make test-vllm       its end-to-end test with a Python vLLM-format publisher
 #
 # Uses the top Makefile's CC CXX CLANG CLANGXX CFLAGS_BASE WARN BUILD PTHREAD
@@ -107,19 +107,21 @@ test-matrix: | deps
 	  sh examples/matrix/run.sh $(BUILD)
 
 # ---- vLLM KV-event daemon (optional dependencies) ----------------------------------
-VLLM_DEB_PKGS := libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack
+VLLM_DEB_PKGS := libzmq3-dev python3-zmq python3-msgpack
 VLLM_BIN := $(BUILD)/kvidx-vllm-events
 
 vllm-events: $(VLLM_BIN)
 
-$(VLLM_BIN): examples/vllm_events/kvidx_vllm.c kvidx.h | deps
+# The decoder (vllm_decode.c) has its own bounded msgpack reader: no msgpack-c.
+$(VLLM_BIN): examples/vllm_events/kvidx_vllm.c examples/vllm_events/vllm_decode.c \
+             examples/vllm_events/vllm_decode.h kvidx.h | deps
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_BASE) $$(pkg-config --cflags libzmq msgpack 2>/dev/null) \
-	  -o $@ examples/vllm_events/kvidx_vllm.c \
-	  $$(pkg-config --libs libzmq msgpack 2>/dev/null || echo -lzmq -lmsgpackc)
+	$(CC) $(CFLAGS_BASE) $$(pkg-config --cflags libzmq 2>/dev/null) \
+	  -o $@ examples/vllm_events/kvidx_vllm.c examples/vllm_events/vllm_decode.c \
+	  $$(pkg-config --libs libzmq 2>/dev/null || echo -lzmq)
 
 # Installs the Debian packages when root; otherwise skips with a message.
-test-vllm: | deps
+test-vllm: $(BUILD)/libkvidx.so | deps
 	@missing=""; for p in $(VLLM_DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
@@ -132,7 +134,7 @@ test-vllm: | deps
 	  fi; \
 	fi; \
 	$(MAKE) --no-print-directory $(VLLM_BIN) && \
-	timeout 120 /usr/bin/python3 examples/vllm_events/test_vllm_events.py \
-	  $(VLLM_BIN) $(abspath $(BUILD))/vllm-test $(abspath $(VECTORS))
+	timeout 240 /usr/bin/python3 examples/vllm_events/test_vllm_events.py \
+	  $(VLLM_BIN) $(abspath $(BUILD))/vllm-test $(abspath $(BUILD))/libkvidx.so
 
 TEST_PARTS += test-examples test-python test-install test-matrix test-vllm

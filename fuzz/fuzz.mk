@@ -12,7 +12,8 @@
 #   make fuzz-replay   just the corpus replay;  build/fuzz/<t>_replay FILE|DIR...
 #       replays given inputs (FUZZ_VERBOSE=1 prints every decoded op).
 
-FUZZ_TARGETS      ?= fuzz_ops fuzz_hash fuzz_capacity fuzz_snapshot fuzz_interleave fuzz_events
+FUZZ_TARGETS      ?= fuzz_ops fuzz_hash fuzz_capacity fuzz_snapshot fuzz_interleave fuzz_events \
+                     fuzz_vllm_decode
 FUZZ_SECONDS      ?= 600
 FUZZ_TEST_SECONDS ?= 20
 # extra compiler flags for the fuzz builds (e.g. -DKVIDX_NO_THREADS);
@@ -30,6 +31,10 @@ fuzz_snapshot_SRCS := fuzz/fuzz_snapshot.c
 fuzz_interleave_SRCS := fuzz/fuzz_interleave.c
 fuzz_events_SRCS   := fuzz/fuzz_events.c
 fuzz_hash_SRCS     := fuzz/fuzz_hash.c fuzz/kvidx_impl.c
+# the vLLM event decoder of examples/vllm_events (no ZeroMQ in it)
+fuzz_vllm_decode_SRCS := fuzz/fuzz_vllm_decode.c examples/vllm_events/vllm_decode.c
+$(FUZZ_DIR)/fuzz_vllm_decode_replay $(FUZZ_DIR)/fuzz_vllm_decode_fuzzer: \
+  examples/vllm_events/vllm_decode.c examples/vllm_events/vllm_decode.h
 
 # fuzz_ops: no coverage for the reference kind / checker (the oracle's
 # O(max_workers) loops) and no trace-cmp (its bytecode goes through small

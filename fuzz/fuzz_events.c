@@ -1,6 +1,6 @@
 /* fuzz_events: the production event API, differentially.  Every kind
  * (reference, radix, positional) gets the same kvidx_apply events (event ids
- * with gaps, duplicates and restarts; storage tiers; Stored / Removed /
+ * with gaps, duplicates, resent older ids and generation changes; storage tiers; Stored / Removed /
  * Cleared), kvidx_expire calls and queries; after every op the statuses, the
  * tiered and plain answers, per-worker block counts and last event ids must
  * agree, and kvidx__check must pass every 16 ops.
@@ -47,7 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t len) {
   kvidx_config c;
   fe_held held[8][24];
   uint32_t nheld[8] = {0};
-  uint64_t ids[8] = {0}, now = 0;
+  uint64_t ids[8] = {0}, gens[8] = {0}, now = 0;
   size_t i;
   int k, op = 0;
   if (len < 2) return 0;
@@ -71,14 +71,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t len) {
     uint64_t seqs[3], parent = 0;
     int st[FE_NK], j;
     memset(&ev, 0, sizeof ev);
-    /* ids: next mostly; a gap, a duplicate or a restart now and then */
+    /* ids: next mostly; a gap, a duplicate, a resent older id or a restart
+     * (a new generation) now and then */
     switch ((o >> 4) & 7) {
     case 0: ids[wi] += 3; break;
     case 1: break;
-    case 2: ids[wi] /= 2; break;
+    case 2:
+      if (o & 0x80) {
+        gens[wi]++;
+        ids[wi] /= 2;
+      }
+      break;
     default: ids[wi]++;
     }
-    ev.event_id = ids[wi];
+    ev.event_id = ((o >> 4) & 7) == 2 && !(o & 0x80) ? ids[wi] / 2 : ids[wi];
+    ev.generation = gens[wi];
     ev.worker_id = wi / 2;
     ev.dp_rank = wi % 2;
     ev.tier = (int)(bb % 3);
@@ -152,6 +159,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t len) {
       for (k = 1; k < FE_NK; k++) {
         int rb = kvidx_last_event_id(ix[k], (uint64_t)j / 2, (uint32_t)j % 2, &lb);
         if (ra != rb || la != lb) fe_fail("last event id", op, k);
+        ra = kvidx_last_event_gen(ix[0], (uint64_t)j / 2, (uint32_t)j % 2, &la);
+        rb = kvidx_last_event_gen(ix[k], (uint64_t)j / 2, (uint32_t)j % 2, &lb);
+        if (ra != rb || la != lb) fe_fail("last event generation", op, k);
+        ra = kvidx_last_event_id(ix[0], (uint64_t)j / 2, (uint32_t)j % 2, &la);
         if (kvidx_worker_blocks(ix[k], (uint64_t)j / 2, (uint32_t)j % 2) != wa) fe_fail("worker blocks", op, k);
       }
     }

@@ -104,11 +104,40 @@ static void test_event_ids(int kind) {
   CHECK_EQ(kvidx_apply(ix, &e), KVIDX_OK);
   CHECK_EQ(kvidx_worker_blocks(ix, 1, 1), 0);
   CHECK_EQ(kvidx_worker_blocks(ix, 1, 0), 6);
-  /* the engine restarted: ids start over; old blocks go first */
+  /* a resent or reordered event (an older id, same generation) is a
+   * duplicate: it neither applies nor wipes the worker */
+  e = ev_remove(12, 1, &b[0].seq, 1, KVIDX_TIER_ALL);
+  CHECK_EQ(kvidx_apply(ix, &e), KVIDX_DUPLICATE);
   e = ev_store(1, 1, NULL, b, 2, KVIDX_TIER_DEVICE);
+  CHECK_EQ(kvidx_apply(ix, &e), KVIDX_DUPLICATE);
+  CHECK_EQ(kvidx_worker_blocks(ix, 1, 0), 6);
+  CHECK_EQ(depth_of(ix, L, 6, 1, NULL), 6);
+  CHECK_EQ(kvidx_last_event_id(ix, 1, 0, &last), KVIDX_OK);
+  CHECK_EQ(last, 16);
+  CHECK_EQ(kvidx_last_event_gen(ix, 1, 0, &last), KVIDX_OK);
+  CHECK_EQ(last, 0);
+  CHECK_EQ(kvidx_last_event_gen(ix, 2, 0, &last), KVIDX_ENOENT);
+  CHECK_EQ(kvidx_last_event_gen(NULL, 1, 0, &last), KVIDX_EINVAL);
+  CHECK_EQ(kvidx_last_event_gen(ix, 1, 0, NULL), KVIDX_EINVAL);
+  /* the engine restarted (a new generation): old blocks go first, whatever
+   * the id (here a higher one: ids are not compared across generations) */
+  e = ev_store(100, 1, NULL, b, 2, KVIDX_TIER_DEVICE);
+  e.generation = 1;
   CHECK_EQ(kvidx_apply(ix, &e), KVIDX_RESTARTED);
   CHECK_EQ(kvidx_worker_blocks(ix, 1, 0), 2);
   CHECK_EQ(depth_of(ix, L, 6, 1, NULL), 2);
+  CHECK_EQ(kvidx_last_event_id(ix, 1, 0, &last), KVIDX_OK);
+  CHECK_EQ(last, 100);
+  CHECK_EQ(kvidx_last_event_gen(ix, 1, 0, &last), KVIDX_OK);
+  CHECK_EQ(last, 1);
+  /* the old generation's late events are not duplicates of the new one:
+   * going back to a generation is a restart too */
+  e = ev_store(1, 1, NULL, b, 1, KVIDX_TIER_DEVICE);
+  e.generation = 1;
+  CHECK_EQ(kvidx_apply(ix, &e), KVIDX_DUPLICATE);
+  e.generation = 2;
+  CHECK_EQ(kvidx_apply(ix, &e), KVIDX_RESTARTED);
+  CHECK_EQ(kvidx_worker_blocks(ix, 1, 0), 1);
   CHECK_EQ(kvidx_last_event_id(ix, 1, 0, &last), KVIDX_OK);
   CHECK_EQ(last, 1);
   /* a restart whose event is refused for resources: the drop stands, the id
@@ -121,6 +150,7 @@ static void test_event_ids(int kind) {
     CHECK_EQ(kvidx_apply(small, &e), KVIDX_EFULL); /* 4 > 3: id 60 not used */
     CHECK_EQ(kvidx_last_event_id(small, 8, 0, &last), KVIDX_ENOENT);
     e = ev_store(40, 7, NULL, b, 4, KVIDX_TIER_DEVICE);
+    e.generation = 5;
     CHECK_EQ(kvidx_apply(small, &e), KVIDX_EFULL); /* restart: dropped, then 4 > 3 */
     CHECK_EQ(kvidx_worker_blocks(small, 7, 0), 0);
     CHECK_EQ(kvidx_last_event_id(small, 7, 0, &last), KVIDX_ENOENT);
@@ -317,7 +347,7 @@ static void test_apply_differential(uint64_t seed, int evict, size_t max_blocks,
   kvidx *ix[3];
   static held_t hd[2048];
   size_t nh = 0;
-  uint64_t rs = seed, ids[8] = {0}, now = 0;
+  uint64_t rs = seed, ids[8] = {0}, gens[8] = {0}, now = 0;
   int op, k, bad = 0;
   for (k = 0; k < 3; k++) ix[k] = mk(KINDS[k], 6, max_blocks, evict, 60);
   for (op = 0; op < nops && !bad; op++) {
@@ -331,8 +361,10 @@ static void test_apply_differential(uint64_t seed, int evict, size_t max_blocks,
     {
       uint32_t j = t_below(&rs, 20);
       ids[w] = j == 0 ? ids[w] + 3 : j == 1 ? ids[w] : j == 2 ? ids[w] / 2 : ids[w] + 1;
+      if (j == 3) gens[w]++; /* a restart; j == 2 is a resent older event */
     }
     e.event_id = ids[w];
+    e.generation = gens[w];
     e.worker_id = w / 2;
     e.dp_rank = w % 2;
     e.tier = (int)t_below(&rs, 3);
@@ -477,15 +509,16 @@ static void fill(kvidx *ix, uint64_t seed, int with_ttl) {
     run(L, n, b);
     if (t_below(&rs, 5) == 0)
       for (j = 0; j < n; j++) b[j].seq = 9000 + t_below(&rs, 500);
-    e = ev_store((uint64_t)i + 1, w, NULL, b, n, (int)t_below(&rs, 3));
+    e = ev_store((uint64_t)i * 2 + 2, w, NULL, b, n, (int)t_below(&rs, 3));
     e.dp_rank = rank;
+    e.generation = 3 + w; /* snapshots carry it */
     if (with_ttl) e.expires_at = 1000 + t_below(&rs, 1000);
     kvidx_apply(ix, &e);
     if (t_below(&rs, 3) == 0) { /* a hole, or a tier's copy going */
       uint32_t at = t_below(&rs, n);
-      e = ev_remove((uint64_t)i + 1, w, &b[at].seq, 1, t_below(&rs, 2) ? KVIDX_TIER_ALL : (int)t_below(&rs, 3));
+      e = ev_remove((uint64_t)i * 2 + 3, w, &b[at].seq, 1, t_below(&rs, 2) ? KVIDX_TIER_ALL : (int)t_below(&rs, 3));
       e.dp_rank = rank;
-      e.event_id = 0; /* not tracked: use the plain call */
+      e.generation = 3 + w;
       if (e.tier == KVIDX_TIER_ALL) kvidx_remove(ix, w, rank, &b[at].seq, 1);
       else kvidx_apply(ix, &e);
     }
@@ -532,6 +565,8 @@ static void test_snapshots(int src_kind, int ttl) {
     CHECK_EQ(kvidx_snapshot_read(dst, mem_read, &m), KVIDX_OK);
     CHECK(same_state(src, dst, 5));
     CHECK_EQ(kvidx_last_event_id(src, 1, 0, &la), kvidx_last_event_id(dst, 1, 0, &lb));
+    CHECK_EQ(la, lb);
+    CHECK_EQ(kvidx_last_event_gen(src, 1, 0, &la), kvidx_last_event_gen(dst, 1, 0, &lb));
     CHECK_EQ(la, lb);
     CHECK_EQ(kvidx__check(dst), 0);
     m.pos = 0;

@@ -2,86 +2,81 @@
  *
  * It subscribes (ZeroMQ SUB) to the KV event publishers of one or more vLLM
  * instances, feeds every event into a kvidx index through kvidx_apply (with
- * an event id, so lost, repeated and restarted streams are recognised), and
- * answers routing queries on a local socket (a unix socket, or TCP on a
- * loopback address only).
+ * an event id and a stream generation, so lost, repeated and restarted
+ * streams are recognised), heals gaps from vLLM's replay socket when one is
+ * given, and answers routing queries on a local socket (a unix socket, or
+ * TCP on a loopback address only).
+ *
+ * Decoding is in vllm_decode.c (no ZeroMQ there: the fuzz target
+ * fuzz/fuzz_vllm_decode.c links it too); README.md has a table of vLLM's
+ * fields by version and what is done with each.
  *
  * WIRE FORMAT (vllm/distributed/kv_events.py, ZmqEventPublisher)
  *   multipart [topic, seq (8 bytes, big endian), payload]; payload is a
  *   msgpack EventBatch, either array-like  [ts, [event...], dp_rank?]  or a
- *   map  {"ts":..., "events":[...], "data_parallel_rank":...}  (recent vLLM
- *   uses msgspec's default map encoding, older releases array_like=True).
- *   Events are tagged:
- *     ["BlockStored", block_hashes, parent_block_hash, token_ids,
- *      block_size, lora_id, medium, lora_name?, extra_keys?, group_idx?, ...]
- *     ["BlockRemoved", block_hashes, medium, group_idx?]
- *     ["AllBlocksCleared"]
- *   or maps with the tag under "type" and the fields by name.  A block hash
- *   is an integer, or bytes (sha256 by default since vLLM 0.10); bytes are
- *   reduced to their last 8 bytes, big endian, exactly as vLLM does when
- *   VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES is set, so both modes give the same
- *   keys.  The engine's hashes are only per-worker keys for kvidx: the
- *   index matches on local hashes it computes from token_ids (Dynamo's
- *   XXH3 scheme, seed salted by lora_name), so queries need only tokens.
- *   Events for KV cache groups other than 0 are skipped unless --all-groups.
+ *   map  {"ts":..., "events":[...], "data_parallel_rank":...}.
  *
- * EVENT IDS
+ * EVENT IDS AND GENERATIONS
  *   seq numbers the batches of one publisher (one vLLM engine, one DP rank).
  *   Event i of batch seq gets id  seq << 24 | i  for its (worker, dp_rank),
  *   and after the batch an empty Removed with id  seq << 24 | 0xFFFFFF
- *   (the end marker) closes it, so the first id of a batch follows the last
- *   id of the batch before (kvidx_apply's KVIDX_GAP for the jump to the end
- *   marker over a batch's unused ids is not counted).  Events that are skipped, malformed or
- *   refused still use up their id (an empty Removed), so only lost batches
- *   show as a gap.  Hence:
- *     a batch missing from the stream -> KVIDX_GAP (counted, logged);
- *     seq going backwards (the publisher restarted) -> KVIDX_RESTARTED:
- *       kvidx drops that (worker, dp_rank)'s old blocks (counted, logged);
- *     a batch delivered again (its end marker is the last id) ->
- *       KVIDX_DUPLICATE, its events are not applied again.
- *   The daemon does not use vLLM's replay socket.
+ *   closes it.  The stream generation starts a new value when seq returns
+ *   to 0, or when the first batch after the daemon (re)connected has a seq
+ *   below the last one: then kvidx drops the worker's old blocks
+ *   (KVIDX_RESTARTED).  Any other batch at or below the last seq is a
+ *   duplicate and is not applied again; a batch past the last seq + 1 is a
+ *   gap.
  *
- * STORAGE TIERS
- *   vLLM's "medium" (BlockStored and BlockRemoved; None/absent = GPU) is
- *   mapped with kvidx_tier_from_name: a block may be held on the device, on
- *   the host (CPU offload) and on disk at once.  A Removed on one medium
- *   drops that copy only: a CPU-tier eviction keeps the GPU copy.  MATCH
- *   counts blocks on any tier; MATCHT also says how many are on the device.
+ * REPLAY (--replay URL after an --endpoint)
+ *   Before applying a batch that follows a gap the daemon asks the
+ *   publisher's replay socket (vLLM's ROUTER: request [b"", start_seq])
+ *   for the missing batches; replies are [b"", topic, seq, payload] (newest
+ *   vLLM) or [b"", seq, payload] (before), ended by seq -1.  It waits at
+ *   most --replay-timeout ms.  When the replies do not cover the gap, the
+ *   worker (that dp rank) is cleared: its holdings are unknown.
  *
  * QUERIES (one line in, one line out)
  *   PING                           -> OK pong
- *   MATCH [lora=NAME] tok tok ...  -> OK blocks=N matches=M wid:dp:depth ...
+ *   MATCH [opts] tok tok ...       -> OK blocks=N matches=M wid:dp:depth ...
+ *     opts: lora=NAME  lora_id=N  salt=CACHE_SALT  mm=ID:OFFSET:LENGTH ...
+ *           pe=BLOCK:HEX64 ...  (see README.md: building a query)
  *   MATCHH hash hash ...           -> same, from local block hashes (decimal)
- *   MATCHT [lora=NAME] tok tok ... -> OK blocks=N matches=M
+ *   MATCHT [opts] tok tok ...      -> OK blocks=N matches=M
  *                                     wid:dp:depth:device_blocks ...
  *   WORKER wid [dp]                -> OK blocks=N
  *   STATS                          -> OK batches=... events=... ...
  *   anything else                  -> ERR ...
  *
  * USAGE
- *   kvidx-vllm-events --endpoint tcp://127.0.0.1:5557=1
- *                     [--endpoint tcp://127.0.0.1:5558=2 ...]
+ *   kvidx-vllm-events --endpoint tcp://127.0.0.1:5557=1 [--replay tcp://127.0.0.1:5558]
+ *                     [--endpoint tcp://127.0.0.1:5559=2 ...]
  *                     --listen unix:/run/kvidx.sock | --listen 127.0.0.1:7070
  *                     [--block-size 16] [--topic T] [--kind positional|radix]
- *                     [--snapshot PATH] [--all-groups] [--max-seconds S]
- *                     [--quiet]
+ *                     [--snapshot PATH] [--all-groups] [--max-blocks N]
+ *                     [--offload-block-factor N] [--replay-timeout MS]
+ *                     [--max-seconds S] [--quiet]
  *   Each --endpoint is a vLLM publisher (its kv-events endpoint; one per DP
  *   rank, whose events carry the rank) and the worker id its events are
- *   filed under.  --snapshot PATH: warm restart.  At start the index (and
- *   each worker's last event id) is loaded from PATH if it exists; on a
+ *   filed under; --replay names that publisher's replay endpoint.
+ *   --max-blocks bounds the blocks whose identities the decoder remembers
+ *   (for CPU offload events and removals; default 1048576).
+ *   --offload-block-factor N: GPU blocks per offloaded block when the
+ *   offloading connector's events say block_size 0 (default 1).
+ *   --snapshot PATH: warm restart.  At start the index (and each worker's
+ *   last event id and generation) is loaded from PATH if it exists; on a
  *   clean stop (SIGTERM, SIGINT, --max-seconds) it is written to PATH.tmp,
  *   synced and renamed over PATH.
  *
- * Build: make vllm-events (needs libzmq3-dev libmsgpack-dev).
+ * Build: make vllm-events (needs libzmq3-dev).
  */
 #define _POSIX_C_SOURCE 200809L
 #define KVIDX_IMPLEMENTATION
 #include "kvidx.h"
+#include "vllm_decode.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <msgpack.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -98,12 +93,13 @@
 #define MAX_CLIENTS 32
 #define MAX_LINE (1u << 20)
 #define MAX_SCORES 1024
+#define MAX_MM 256
 
 typedef struct {
-  const char *url;
+  const char *url, *replay_url;
   uint64_t worker_id;
-  void *sock;
-  int have_seq;
+  void *sock, *replay;
+  int have_seq, fresh;
   uint64_t last_seq;
 } endpoint;
 
@@ -113,18 +109,14 @@ typedef struct {
   size_t len;
 } client;
 
-typedef struct {
-  unsigned long long batches, events, stored, removed, cleared, skipped,
-      ignored, errors, enoparent, enoent, efull, malformed, queries,
-      gaps, restarts, duplicates, lost_batches;
-} counters;
-
 static volatile sig_atomic_t g_stop;
 static int g_quiet;
-static counters g_c;
+static unsigned long long g_queries, g_lost_batches, g_replays, g_replayed,
+    g_replay_failed;
 static kvidx *g_ix;
+static vd_state g_vd;
 static size_t g_block_size = 16;
-static int g_all_groups;
+static long g_replay_ms = 1000;
 
 static void on_signal(int sig) {
   (void)sig;
@@ -139,6 +131,11 @@ static void logf_(const char *fmt, ...) {
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
   va_end(ap);
+}
+
+static void vd_log(void *ctx, const char *msg) {
+  (void)ctx;
+  logf_("%s", msg);
 }
 
 static double now_s(void) {
@@ -166,399 +163,136 @@ static void *grow(void *p, size_t *cap, size_t need, size_t elem) {
 
 static uint32_t *g_tok;
 static size_t g_tok_cap;
-static uint64_t *g_u64, *g_loc;
-static size_t g_u64_cap, g_loc_cap;
-static kvidx_block *g_blk;
-static size_t g_blk_cap;
+static uint64_t *g_loc;
+static size_t g_loc_cap;
 
-/* ---- msgpack helpers --------------------------------------------------- */
-static int str_eq(const msgpack_object *o, const char *s) {
-  size_t n = strlen(s);
-  return o && o->type == MSGPACK_OBJECT_STR && o->via.str.size == n &&
-         memcmp(o->via.str.ptr, s, n) == 0;
+/* ---- batches, gaps and replay ------------------------------------------------ */
+static uint64_t seq_of(const zmq_msg_t *m) {
+  const unsigned char *s = zmq_msg_data((zmq_msg_t *)m);
+  uint64_t v = 0;
+  int k;
+  for (k = 0; k < 8; k++) v = (v << 8) | s[k];
+  return v;
 }
 
-static const msgpack_object *map_get(const msgpack_object *m, const char *key) {
-  uint32_t i;
-  if (!m || m->type != MSGPACK_OBJECT_MAP) return NULL;
-  for (i = 0; i < m->via.map.size; i++)
-    if (str_eq(&m->via.map.ptr[i].key, key)) return &m->via.map.ptr[i].val;
-  return NULL;
-}
-
-/* Field `idx` of an array-like struct (idx 0 is the tag for events) or
- * field `name` of a map-encoded one.  NULL when absent. */
-static const msgpack_object *field(const msgpack_object *o, uint32_t idx,
-                                   const char *name) {
-  if (o->type == MSGPACK_OBJECT_ARRAY)
-    return idx < o->via.array.size ? &o->via.array.ptr[idx] : NULL;
-  return map_get(o, name);
-}
-
-static int is_nil(const msgpack_object *o) {
-  return !o || o->type == MSGPACK_OBJECT_NIL;
-}
-
-/* An ExternalBlockHash: int, or bytes reduced to their last 8 (big endian). */
-static int hash_of(const msgpack_object *o, uint64_t *out) {
-  const unsigned char *p;
-  uint32_t n, i;
-  uint64_t h = 0;
-  switch (o->type) {
-  case MSGPACK_OBJECT_POSITIVE_INTEGER: *out = o->via.u64; return 0;
-  case MSGPACK_OBJECT_NEGATIVE_INTEGER: *out = (uint64_t)o->via.i64; return 0;
-  case MSGPACK_OBJECT_BIN:
-    p = (const unsigned char *)o->via.bin.ptr;
-    n = o->via.bin.size;
-    break;
-  case MSGPACK_OBJECT_STR:
-    p = (const unsigned char *)o->via.str.ptr;
-    n = o->via.str.size;
-    break;
-  default: return -1;
-  }
-  if (n == 0) return -1;
-  for (i = n > 8 ? n - 8 : 0; i < n; i++) h = (h << 8) | p[i];
-  *out = h;
-  return 0;
-}
-
-/* Block hashes of an array into g_u64; returns the count or -1. */
-static long hashes_of(const msgpack_object *a) {
-  uint32_t i;
-  if (!a || a->type != MSGPACK_OBJECT_ARRAY) return -1;
-  g_u64 = grow(g_u64, &g_u64_cap, a->via.array.size + 1, sizeof *g_u64);
-  for (i = 0; i < a->via.array.size; i++)
-    if (hash_of(&a->via.array.ptr[i], &g_u64[i]) != 0) return -1;
-  return (long)a->via.array.size;
-}
-
-static int uint_of(const msgpack_object *o, uint64_t *out) {
-  if (!o || o->type != MSGPACK_OBJECT_POSITIVE_INTEGER) return -1;
-  *out = o->via.u64;
-  return 0;
-}
-
-static uint64_t seed_for(const msgpack_object *lora_name) {
-  static char cached_name[256];
-  static uint64_t cached_seed;
-  static int have;
-  char name[256];
-  uint32_t n;
-  if (is_nil(lora_name) || lora_name->type != MSGPACK_OBJECT_STR ||
-      lora_name->via.str.size == 0)
-    return KVIDX_SEED;
-  n = lora_name->via.str.size < 255 ? lora_name->via.str.size : 255;
-  memcpy(name, lora_name->via.str.ptr, n);
-  name[n] = 0;
-  if (!have || strcmp(name, cached_name) != 0) {
-    memcpy(cached_name, name, n + 1);
-    cached_seed = kvidx_hash_seed(name, NULL);
-    have = 1;
-  }
-  return cached_seed;
-}
-
-static void count_status(int rc) {
-  if (rc == KVIDX_ENOPARENT) g_c.enoparent++;
-  else if (rc == KVIDX_ENOENT) g_c.enoent++;
-  else if (rc == KVIDX_EFULL) g_c.efull++;
-  else if (rc < 0) g_c.errors++;
-}
-
-/* ---- event ids ------------------------------------------------------------- */
-#define EV_SHIFT 24
-#define EV_END ((1u << EV_SHIFT) - 1) /* index of a batch's end marker */
-
-static uint64_t ev_id(uint64_t seq, uint32_t index) {
-  return (seq << EV_SHIFT) | index; /* seq below 2^40: ~35,000 years at 1 kHz */
-}
-
-/* Counts and logs kvidx_apply's informational results.  prev: the worker's
- * last event id before the event (have_prev = 0: none). */
-static void note(int info, const kvidx_event *ev, int have_prev, uint64_t prev) {
-  unsigned long long w = (unsigned long long)ev->worker_id;
-  if (info == KVIDX_GAP) {
-    uint64_t from = prev >> EV_SHIFT, to = ev->event_id >> EV_SHIFT;
-    g_c.gaps++;
-    logf_("worker %llu dp %u: batch seq jumped from %llu to %llu (%llu batches "
-          "lost): the index may be stale for this worker", w, ev->dp_rank,
-          (unsigned long long)from, (unsigned long long)to,
-          (unsigned long long)(to > from ? to - from - 1 : 0));
-  } else if (info == KVIDX_RESTARTED) {
-    g_c.restarts++;
-    logf_("worker %llu dp %u: batch seq went back from %llu to %llu: publisher "
-          "restarted, its old blocks were dropped", w, ev->dp_rank,
-          (unsigned long long)(have_prev ? prev >> EV_SHIFT : 0),
-          (unsigned long long)(ev->event_id >> EV_SHIFT));
-  } else if (info == KVIDX_DUPLICATE) {
-    g_c.duplicates++;
-  }
-}
-
-/* An empty Removed with this id: uses the id up without changing holdings.
- * A batch's end marker jumps over the ids its events did not use: that jump
- * is no gap (only ids missing before the batch's first id are). */
-static int apply_noop(uint64_t id, uint64_t wid, uint32_t dp) {
-  kvidx_event ev;
-  uint64_t prev = 0;
-  int have_prev, info;
-  memset(&ev, 0, sizeof ev);
-  ev.event_id = id;
-  ev.worker_id = wid;
-  ev.dp_rank = dp;
-  ev.type = KVIDX_EV_REMOVED;
-  ev.tier = KVIDX_TIER_ALL;
-  have_prev = kvidx_last_event_id(g_ix, wid, dp, &prev) == KVIDX_OK;
-  info = kvidx_apply(g_ix, &ev);
-  if (info == KVIDX_GAP && (id & EV_END) == EV_END && prev + 1 >= (id & ~(uint64_t)EV_END))
-    info = KVIDX_OK;
-  if (info < 0) count_status(info);
-  else note(info, &ev, have_prev, prev);
-  return info;
-}
-
-/* Applies one event with its id; returns kvidx_apply's status.  A refused
- * event (negative status) reports only the error: if its id went backwards
- * the worker's old blocks were dropped all the same (counted as a restart
- * here).  kvidx_apply uses the id up for an event that does not fit
- * (unknown parent or seqs) but not for a resource refusal (the caller could
- * retry); this daemon does not retry, so such an id is used up by an empty
- * Removed, and the next event is not taken for a gap. */
-static int apply_ev(const kvidx_event *ev) {
-  uint64_t prev = 0, now = 0;
-  int have_prev = kvidx_last_event_id(g_ix, ev->worker_id, ev->dp_rank, &prev) == KVIDX_OK;
-  int rc = kvidx_apply(g_ix, ev);
-  if (rc >= 0) {
-    note(rc, ev, have_prev, prev);
-    return rc;
-  }
-  count_status(rc);
-  if (rc == KVIDX_EINVAL || rc == KVIDX_ENOTSUP) { /* malformed: nothing happened */
-    apply_noop(ev->event_id, ev->worker_id, ev->dp_rank);
-    return rc;
-  }
-  if (have_prev && prev > ev->event_id) note(KVIDX_RESTARTED, ev, have_prev, prev);
-  if (!(kvidx_last_event_id(g_ix, ev->worker_id, ev->dp_rank, &now) == KVIDX_OK && now == ev->event_id))
-    apply_noop(ev->event_id, ev->worker_id, ev->dp_rank);
-  return rc;
-}
-
-/* vLLM's medium: nil/absent = device; a string through kvidx_tier_from_name.
- * -1 when it is neither. */
-static int tier_of(const msgpack_object *medium) {
-  char name[32];
-  uint32_t n;
-  if (is_nil(medium)) return KVIDX_TIER_DEVICE;
-  if (medium->type != MSGPACK_OBJECT_STR) return -1;
-  n = medium->via.str.size < sizeof name - 1 ? medium->via.str.size
-                                             : (uint32_t)sizeof name - 1;
-  memcpy(name, medium->via.str.ptr, n);
-  name[n] = 0;
-  return kvidx_tier_from_name(name);
-}
-
-/* KV cache groups other than 0 are skipped unless --all-groups. */
-static int skip_group(const msgpack_object *group) {
-  return !g_all_groups && !is_nil(group) &&
-         !(group->type == MSGPACK_OBJECT_POSITIVE_INTEGER && group->via.u64 == 0);
-}
-
-/* Each on_* applies exactly one event with id `id` (the event or a no-op). */
-static void on_stored(const msgpack_object *ev, uint64_t id, uint64_t wid, uint32_t dp) {
-  const msgpack_object *par = field(ev, 2, "parent_block_hash");
-  const msgpack_object *tok = field(ev, 3, "token_ids");
-  const msgpack_object *bs_o = field(ev, 4, "block_size");
-  long n = hashes_of(field(ev, 1, "block_hashes"));
-  int tier = tier_of(field(ev, 6, "medium"));
-  uint64_t parent = 0, bs = 0, seed;
-  size_t ntok, i, k;
-  kvidx_event e;
-  int rc;
-
-  if (skip_group(field(ev, 9, "group_idx"))) {
-    g_c.skipped++;
-    apply_noop(id, wid, dp);
-    return;
-  }
-  if (n < 0 || tier < 0 || !tok || tok->type != MSGPACK_OBJECT_ARRAY ||
-      uint_of(bs_o, &bs) != 0 || bs == 0 ||
-      (!is_nil(par) && hash_of(par, &parent) != 0)) {
-    g_c.malformed++;
-    apply_noop(id, wid, dp);
-    return;
-  }
-  if (bs != g_block_size) {
-    static int warned;
-    if (!warned) logf_("event block_size %llu differs from --block-size %zu: "
-                       "queries will not match", (unsigned long long)bs, g_block_size);
-    warned = 1;
-  }
-  ntok = tok->via.array.size;
-  if (ntok < (size_t)n * bs) { /* token_ids must cover every stored block */
-    g_c.malformed++;
-    apply_noop(id, wid, dp);
-    return;
-  }
-  ntok = (size_t)n * bs;
-  g_tok = grow(g_tok, &g_tok_cap, ntok + 1, sizeof *g_tok);
-  for (i = 0; i < ntok; i++) {
-    const msgpack_object *t = &tok->via.array.ptr[i];
-    if (t->type != MSGPACK_OBJECT_POSITIVE_INTEGER || t->via.u64 > UINT32_MAX) {
-      g_c.malformed++;
-      apply_noop(id, wid, dp);
-      return;
+/* Receives one multipart message (up to 4 parts kept) from sock; returns the
+ * number of parts, 0 when none is waiting, -1 on error. */
+static int recv_parts(void *sock, zmq_msg_t *part, int flags) {
+  int n = 0, more = 1;
+  while (more) {
+    zmq_msg_t extra, *m = n < 4 ? &part[n] : &extra;
+    zmq_msg_init(m);
+    if (zmq_msg_recv(m, sock, n == 0 ? flags : 0) < 0) {
+      int k;
+      zmq_msg_close(m);
+      for (k = 0; k < n && k < 4; k++) zmq_msg_close(&part[k]);
+      return n == 0 && zmq_errno() == EAGAIN ? 0 : -1;
     }
-    g_tok[i] = (uint32_t)t->via.u64;
+    more = zmq_msg_more(m);
+    if (m == &extra) zmq_msg_close(m);
+    n++;
   }
-  seed = seed_for(field(ev, 7, "lora_name"));
-  g_loc = grow(g_loc, &g_loc_cap, (size_t)n + 1, sizeof *g_loc);
-  g_blk = grow(g_blk, &g_blk_cap, (size_t)n + 1, sizeof *g_blk);
-  k = kvidx_block_hashes(g_tok, ntok, (size_t)bs, seed, g_loc);
-  for (i = 0; i < k; i++) {
-    g_blk[i].local = g_loc[i];
-    g_blk[i].seq = g_u64[i];
-  }
-  memset(&e, 0, sizeof e);
-  e.event_id = id;
-  e.worker_id = wid;
-  e.dp_rank = dp;
-  e.type = KVIDX_EV_STORED;
-  e.tier = tier;
-  e.parent = is_nil(par) ? NULL : &parent;
-  e.blocks = g_blk;
-  e.n = k;
-  rc = apply_ev(&e);
-  if (rc >= 0 && rc != KVIDX_DUPLICATE) g_c.stored += k;
-  else if (rc < 0)
-    logf_("store worker %llu dp %u (%zu blocks, tier %d): %s",
-          (unsigned long long)wid, dp, k, tier, kvidx_strerror(rc));
+  return n;
 }
 
-static void on_removed(const msgpack_object *ev, uint64_t id, uint64_t wid, uint32_t dp) {
-  long n = hashes_of(field(ev, 1, "block_hashes"));
-  int tier = tier_of(field(ev, 2, "medium")), rc;
-  kvidx_event e;
-  if (skip_group(field(ev, 3, "group_idx"))) {
-    g_c.skipped++;
-    apply_noop(id, wid, dp);
-    return;
-  }
-  if (n < 0 || tier < 0) {
-    g_c.malformed++;
-    apply_noop(id, wid, dp);
-    return;
-  }
-  memset(&e, 0, sizeof e);
-  e.event_id = id;
-  e.worker_id = wid;
-  e.dp_rank = dp;
-  e.type = KVIDX_EV_REMOVED;
-  e.tier = tier; /* this medium's copy only */
-  e.seqs = g_u64;
-  e.n = (size_t)n;
-  rc = apply_ev(&e);
-  if ((rc >= 0 && rc != KVIDX_DUPLICATE) || rc == KVIDX_ENOENT)
-    g_c.removed += (unsigned long long)n;
+static void close_parts(zmq_msg_t *part, int n) {
+  int k;
+  for (k = 0; k < n && k < 4; k++) zmq_msg_close(&part[k]);
 }
 
-static void on_event(const msgpack_object *ev, uint64_t id, uint64_t wid, uint32_t dp) {
-  const msgpack_object *tag = NULL;
-  if (ev->type == MSGPACK_OBJECT_ARRAY && ev->via.array.size > 0)
-    tag = &ev->via.array.ptr[0];
-  else if (ev->type == MSGPACK_OBJECT_MAP)
-    tag = map_get(ev, "type");
-  g_c.events++;
-  if (str_eq(tag, "BlockStored")) {
-    on_stored(ev, id, wid, dp);
-  } else if (str_eq(tag, "BlockRemoved")) {
-    on_removed(ev, id, wid, dp);
-  } else if (str_eq(tag, "AllBlocksCleared")) {
-    kvidx_event e;
-    memset(&e, 0, sizeof e);
-    e.event_id = id;
-    e.worker_id = wid;
-    e.dp_rank = dp;
-    e.type = KVIDX_EV_CLEARED;
-    if (apply_ev(&e) != KVIDX_DUPLICATE) g_c.cleared++;
-  } else {
-    if (tag && tag->type == MSGPACK_OBJECT_STR) g_c.ignored++; /* unknown kind */
-    else g_c.malformed++;
-    apply_noop(id, wid, dp);
+/* Asks e's replay socket for batches from..to-1 and applies them in order.
+ * Returns 1 when the worker's stream now ends at batch to-1. */
+static int replay(endpoint *e, uint64_t from, uint64_t to, uint32_t dp) {
+  unsigned char req[8];
+  double deadline = now_s() + (double)g_replay_ms / 1000.0;
+  uint64_t last = 0;
+  int k, done = 0;
+  zmq_msg_t part[4];
+  g_replays++;
+  while ((k = recv_parts(e->replay, part, ZMQ_DONTWAIT)) > 0) close_parts(part, k); /* stale */
+  for (k = 0; k < 8; k++) req[k] = (unsigned char)(from >> (56 - 8 * k));
+  if (zmq_send(e->replay, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+      zmq_send(e->replay, req, 8, ZMQ_DONTWAIT) < 0) {
+    logf_("replay %s: cannot send the request: %s", e->replay_url, zmq_strerror(zmq_errno()));
+    return 0;
   }
-}
-
-static void on_batch(const char *data, size_t len, uint64_t seq, uint64_t wid) {
-  msgpack_unpacked up;
-  size_t off = 0;
-  const msgpack_object *root, *events, *dp_o;
-  uint64_t dp = 0, last;
-  uint32_t i;
-
-  msgpack_unpacked_init(&up);
-  if (msgpack_unpack_next(&up, data, len, &off) != MSGPACK_UNPACK_SUCCESS) {
-    g_c.malformed++;
-    msgpack_unpacked_destroy(&up);
-    return;
-  }
-  root = &up.data;
-  if (root->type != MSGPACK_OBJECT_ARRAY && root->type != MSGPACK_OBJECT_MAP) {
-    g_c.malformed++;
-  } else {
-    events = field(root, 1, "events");
-    dp_o = field(root, 2, "data_parallel_rank");
-    if (!events || events->type != MSGPACK_OBJECT_ARRAY ||
-        (!is_nil(dp_o) && (uint_of(dp_o, &dp) != 0 || dp > UINT32_MAX))) {
-      g_c.malformed++;
-    } else if (kvidx_last_event_id(g_ix, wid, (uint32_t)dp, &last) == KVIDX_OK &&
-               last == ev_id(seq, EV_END)) {
-      g_c.batches++; /* delivered before: its end marker is the last id */
-      apply_noop(last, wid, (uint32_t)dp); /* KVIDX_DUPLICATE, counted */
-    } else {
-      g_c.batches++;
-      for (i = 0; i < events->via.array.size; i++) {
-        if (i >= EV_END) { /* more events than ids per batch */
-          g_c.malformed += events->via.array.size - i;
-          break;
+  while (!done) {
+    zmq_pollitem_t it;
+    long left = (long)((deadline - now_s()) * 1000.0);
+    if (left <= 0) {
+      logf_("replay %s: no end marker within %ld ms", e->replay_url, g_replay_ms);
+      break;
+    }
+    it.socket = e->replay;
+    it.fd = 0;
+    it.events = ZMQ_POLLIN;
+    it.revents = 0;
+    if (zmq_poll(&it, 1, left) <= 0) continue;
+    while ((k = recv_parts(e->replay, part, ZMQ_DONTWAIT)) > 0) {
+      /* [b"", seq, payload] or [b"", topic, seq, payload] */
+      int si = k == 3 ? 1 : k == 4 ? 2 : -1;
+      if (si < 0 || zmq_msg_size(&part[0]) != 0 || zmq_msg_size(&part[si]) != 8) {
+        g_vd.c.malformed++;
+      } else {
+        uint64_t seq = seq_of(&part[si]);
+        if (seq == UINT64_MAX) {
+          done = 1; /* end marker: seq -1 */
+        } else if (seq >= from && seq < to) {
+          vd_batch(&g_vd, zmq_msg_data(&part[si + 1]), zmq_msg_size(&part[si + 1]), seq,
+                   e->worker_id, 0);
+          g_replayed++;
         }
-        on_event(&events->via.array.ptr[i], ev_id(seq, i), wid, (uint32_t)dp);
       }
-      apply_noop(ev_id(seq, EV_END), wid, (uint32_t)dp);
+      close_parts(part, k);
+      if (done) break;
     }
   }
-  msgpack_unpacked_destroy(&up);
+  return kvidx_last_event_id(g_ix, e->worker_id, dp, &last) == KVIDX_OK &&
+         last == (((to - 1) << VD_EV_SHIFT) | VD_EV_END);
+}
+
+/* A batch from the SUB socket: heals a gap first when it can. */
+static void on_batch(endpoint *e, const unsigned char *p, size_t len, uint64_t seq) {
+  long dp = vd_batch_dp(p, len);
+  uint64_t last;
+  if (dp >= 0 && kvidx_last_event_id(g_ix, e->worker_id, (uint32_t)dp, &last) == KVIDX_OK) {
+    uint64_t lseq = last >> VD_EV_SHIFT;
+    int restart = (seq == 0 && lseq > 0) || (e->fresh && seq < lseq);
+    if (!restart && seq > lseq + 1 && seq < VD_MAX_SEQ) {
+      if (e->replay && replay(e, lseq + 1, seq, (uint32_t)dp)) {
+        logf_("worker %llu dp %ld: batches %llu..%llu replayed", (unsigned long long)e->worker_id,
+              dp, (unsigned long long)(lseq + 1), (unsigned long long)(seq - 1));
+      } else if (e->replay) {
+        /* the replay cannot cover the gap: what the worker holds is unknown */
+        g_replay_failed++;
+        kvidx_clear(g_ix, e->worker_id, (uint32_t)dp);
+        vd_forget(&g_vd, e->worker_id, (uint32_t)dp);
+        logf_("worker %llu dp %ld: replay did not cover batches %llu..%llu: worker cleared",
+              (unsigned long long)e->worker_id, dp, (unsigned long long)(lseq + 1),
+              (unsigned long long)(seq - 1));
+      }
+    }
+  }
+  vd_batch(&g_vd, p, len, seq, e->worker_id, e->fresh);
+  e->fresh = 0;
 }
 
 /* Drains one SUB socket: each message is [topic, seq, payload]. */
 static void on_sub(endpoint *e) {
-  for (;;) {
-    zmq_msg_t part[3], extra;
-    int nparts = 0, more = 1, k;
-    while (more) {
-      zmq_msg_t *m = nparts < 3 ? &part[nparts] : &extra;
-      zmq_msg_init(m);
-      if (zmq_msg_recv(m, e->sock, nparts == 0 ? ZMQ_DONTWAIT : 0) < 0) {
-        zmq_msg_close(m); /* EAGAIN on the first part: drained */
-        for (k = 0; k < nparts && k < 3; k++) zmq_msg_close(&part[k]);
-        return;
-      }
-      more = zmq_msg_more(m);
-      if (m == &extra) zmq_msg_close(m);
-      nparts++;
-    }
-    if (nparts != 3 || zmq_msg_size(&part[1]) != 8) {
-      g_c.malformed++;
+  zmq_msg_t part[4];
+  int n;
+  while ((n = recv_parts(e->sock, part, ZMQ_DONTWAIT)) > 0) {
+    if (n != 3 || zmq_msg_size(&part[1]) != 8) {
+      g_vd.c.malformed++;
     } else {
-      const unsigned char *s = zmq_msg_data(&part[1]);
-      uint64_t seq = 0;
-      for (k = 0; k < 8; k++) seq = (seq << 8) | s[k];
-      /* batches this endpoint skipped (kvidx_apply sees the gap per worker) */
-      if (e->have_seq && seq > e->last_seq + 1) g_c.lost_batches += seq - e->last_seq - 1;
+      uint64_t seq = seq_of(&part[1]);
+      /* batches this endpoint skipped */
+      if (e->have_seq && seq > e->last_seq + 1) g_lost_batches += seq - e->last_seq - 1;
       e->have_seq = 1;
       e->last_seq = seq;
-      on_batch(zmq_msg_data(&part[2]), zmq_msg_size(&part[2]), seq, e->worker_id);
+      on_batch(e, zmq_msg_data(&part[2]), zmq_msg_size(&part[2]), seq);
     }
-    for (k = 0; k < nparts && k < 3; k++) zmq_msg_close(&part[k]);
+    close_parts(part, n);
   }
 }
 
@@ -698,18 +432,65 @@ static void reply_matches_tiered(sbuf *out, const uint64_t *loc, size_t n) {
   sb_printf(out, "\n");
 }
 
-/* The rest of a MATCH / MATCHT (tokens, optional lora=NAME first) or MATCHH
- * (local hashes) line into g_loc; returns the number of blocks, or -1 after
- * writing an ERR reply. */
+static int hexval(int c) {
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                        : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* The rest of a MATCH / MATCHT (options, then tokens) or MATCHH (local
+ * hashes) line into g_loc; returns the number of blocks, or -1 after
+ * writing an ERR reply.  Options (before the first token):
+ *   lora=NAME  lora_id=N  salt=S  mm=ID:OFFSET:LENGTH  pe=BLOCK:HEX64 */
 static long query_locals(char **save, int hashes, sbuf *out) {
-  uint64_t seed = KVIDX_SEED;
-  size_t n = 0;
+  static vd_mm mm[MAX_MM];
+  static unsigned char pe_store[MAX_MM][32];
+  static const unsigned char *pe[MAX_MM];
+  vd_query q;
+  size_t n = 0, i;
   char *t;
+  memset(&q, 0, sizeof q);
+  memset(pe, 0, sizeof pe);
+  q.mm = mm;
+  q.pe = pe;
   while ((t = strtok_r(NULL, " \t\r", save)) != NULL) {
     char *end;
     unsigned long long v;
-    if (!hashes && n == 0 && !strncmp(t, "lora=", 5)) {
-      seed = kvidx_hash_seed(t + 5, NULL);
+    if (!hashes && n == 0 && strchr(t, '=')) {
+      char *val = strchr(t, '=') + 1;
+      if (!strncmp(t, "lora=", 5)) {
+        q.lora_name = val;
+      } else if (!strncmp(t, "lora_id=", 8)) {
+        q.has_lora_id = 1;
+        q.lora_id = strtoull(val, NULL, 10);
+      } else if (!strncmp(t, "salt=", 5)) {
+        q.salt = val;
+      } else if (!strncmp(t, "mm=", 3)) {
+        char *c2 = strrchr(val, ':'), *c1;
+        if (!c2 || q.n_mm == MAX_MM) goto bad_opt;
+        *c2 = 0;
+        if (!(c1 = strrchr(val, ':'))) goto bad_opt;
+        *c1 = 0;
+        mm[q.n_mm].id = val;
+        mm[q.n_mm].offset = strtoull(c1 + 1, NULL, 10);
+        mm[q.n_mm].length = strtoull(c2 + 1, NULL, 10);
+        if (mm[q.n_mm].offset > UINT32_MAX || mm[q.n_mm].length > UINT32_MAX) goto bad_opt;
+        q.n_mm++;
+      } else if (!strncmp(t, "pe=", 3)) {
+        char *c = strchr(val, ':');
+        unsigned long blk;
+        if (!c || strlen(c + 1) != 64) goto bad_opt;
+        blk = strtoul(val, NULL, 10);
+        if (blk >= MAX_MM) goto bad_opt;
+        for (i = 0; i < 32; i++) {
+          int hi = hexval(c[1 + 2 * i]), lo = hexval(c[2 + 2 * i]);
+          if (hi < 0 || lo < 0) goto bad_opt;
+          pe_store[blk][i] = (unsigned char)(hi << 4 | lo);
+        }
+        pe[blk] = pe_store[blk];
+        if (blk + 1 > q.n_pe) q.n_pe = blk + 1;
+      } else {
+        goto bad_opt;
+      }
       continue;
     }
     errno = 0;
@@ -728,15 +509,18 @@ static long query_locals(char **save, int hashes, sbuf *out) {
   }
   if (!hashes) {
     g_loc = grow(g_loc, &g_loc_cap, n / g_block_size + 1, sizeof *g_loc);
-    n = kvidx_block_hashes(g_tok, n, g_block_size, seed, g_loc);
+    n = vd_query_locals(&g_vd, g_tok, n, &q, g_loc);
   }
   return (long)n;
+bad_opt:
+  sb_printf(out, "ERR bad option: %s (lora=NAME lora_id=N salt=S mm=ID:OFFSET:LENGTH pe=BLOCK:HEX64)\n", t);
+  return -1;
 }
 
 static void on_line(char *line, sbuf *out) {
   char *save = NULL, *cmd = strtok_r(line, " \t\r", &save);
   long n;
-  g_c.queries++;
+  g_queries++;
   if (!cmd) {
     sb_printf(out, "ERR empty line\n");
   } else if (!strcmp(cmd, "PING")) {
@@ -760,17 +544,21 @@ static void on_line(char *line, sbuf *out) {
     kvidx_stats st;
     memset(&st, 0, sizeof st);
     kvidx_get_stats(g_ix, &st);
+    const vd_counters *c = &g_vd.c;
     sb_printf(out,
               "OK batches=%llu events=%llu stored=%llu removed=%llu "
               "cleared=%llu skipped=%llu ignored=%llu malformed=%llu "
               "enoparent=%llu enoent=%llu efull=%llu errors=%llu gaps=%llu "
-              "restarts=%llu duplicates=%llu lost_batches=%llu "
+              "restarts=%llu duplicates=%llu lost_batches=%llu offloaded=%llu "
+              "unresolved=%llu untracked=%llu replays=%llu replayed=%llu "
+              "replay_failed=%llu queries=%llu identities=%zu "
               "blocks=%zu workers=%zu entries=%zu bytes=%zu\n",
-              g_c.batches, g_c.events, g_c.stored, g_c.removed, g_c.cleared,
-              g_c.skipped, g_c.ignored, g_c.malformed, g_c.enoparent,
-              g_c.enoent, g_c.efull, g_c.errors, g_c.gaps, g_c.restarts,
-              g_c.duplicates, g_c.lost_batches, st.blocks, st.workers,
-              st.entries, st.bytes);
+              c->batches, c->events, c->stored, c->removed, c->cleared,
+              c->skipped, c->ignored, c->malformed, c->enoparent,
+              c->enoent, c->efull, c->errors, c->gaps, c->restarts,
+              c->duplicates, g_lost_batches, c->offloaded, c->unresolved,
+              c->untracked, g_replays, g_replayed, g_replay_failed, g_queries,
+              g_vd.tab_n, st.blocks, st.workers, st.entries, st.bytes);
   } else {
     sb_printf(out, "ERR unknown command %s (PING MATCH MATCHH MATCHT WORKER STATS)\n", cmd);
   }
@@ -831,6 +619,7 @@ static void snapshot_load(const char *path) {
   }
   memset(&st, 0, sizeof st);
   kvidx_get_stats(g_ix, &st);
+  if (vd_rebuild(&g_vd) != 0) logf_("snapshot %s: identities not rebuilt", path);
   logf_("snapshot %s: loaded %zu blocks of %zu workers", path, st.blocks, st.workers);
 }
 
@@ -868,9 +657,10 @@ static int snapshot_save(const char *path) {
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: kvidx-vllm-events --endpoint URL=WORKER_ID [--endpoint ...]\n"
+          "usage: kvidx-vllm-events --endpoint URL=WORKER_ID [--replay URL] [--endpoint ...]\n"
           "         --listen unix:PATH|127.0.0.1:PORT [--block-size N] [--topic T]\n"
           "         [--kind positional|radix] [--snapshot PATH] [--all-groups]\n"
+          "         [--max-blocks N] [--offload-block-factor N] [--replay-timeout MS]\n"
           "         [--max-seconds S] [--quiet]\n");
   exit(2);
 }
@@ -885,7 +675,8 @@ int main(int argc, char **argv) {
   double max_seconds = 0, t0;
   kvidx_config cfg = {0};
   void *zctx;
-  int lfd, rc, a, status = 0;
+  int lfd, rc, a, status = 0, all_groups = 0;
+  size_t max_idents = 1u << 20, offload_factor = 1;
   struct sigaction sa;
 
   cfg.kind = KVIDX_POSITIONAL;
@@ -896,7 +687,7 @@ int main(int argc, char **argv) {
     const char *s = argv[a];
     if (!strcmp(s, "--quiet")) { g_quiet = 1; continue; }
     if (!strcmp(s, "--all-media")) continue; /* old flag: every medium is indexed now */
-    if (!strcmp(s, "--all-groups")) { g_all_groups = 1; continue; }
+    if (!strcmp(s, "--all-groups")) { all_groups = 1; continue; }
     if (a + 1 >= argc) usage();
     if (!strcmp(s, "--endpoint")) {
       char *url = argv[++a], *eq = strrchr(url, '=');
@@ -907,9 +698,17 @@ int main(int argc, char **argv) {
         ep[nep].worker_id = strtoull(eq + 1, NULL, 10);
       }
       ep[nep].url = url;
+      ep[nep].replay_url = NULL;
       ep[nep].have_seq = 0;
+      ep[nep].fresh = 1;
       nep++;
-    } else if (!strcmp(s, "--listen")) listen_spec = argv[++a];
+    } else if (!strcmp(s, "--replay")) {
+      if (nep == 0) usage();
+      ep[nep - 1].replay_url = argv[++a];
+    } else if (!strcmp(s, "--replay-timeout")) g_replay_ms = strtol(argv[++a], NULL, 10);
+    else if (!strcmp(s, "--max-blocks")) max_idents = strtoul(argv[++a], NULL, 10);
+    else if (!strcmp(s, "--offload-block-factor")) offload_factor = strtoul(argv[++a], NULL, 10);
+    else if (!strcmp(s, "--listen")) listen_spec = argv[++a];
     else if (!strcmp(s, "--block-size")) g_block_size = strtoul(argv[++a], NULL, 10);
     else if (!strcmp(s, "--topic")) topic = argv[++a];
     else if (!strcmp(s, "--snapshot")) snapshot = argv[++a];
@@ -925,6 +724,13 @@ int main(int argc, char **argv) {
     fprintf(stderr, "kvidx-vllm: kvidx_create: %s\n", kvidx_strerror(rc));
     return 1;
   }
+  if (vd_init(&g_vd, g_ix, g_block_size, max_idents) != 0) {
+    fprintf(stderr, "kvidx-vllm: out of memory\n");
+    return 1;
+  }
+  g_vd.all_groups = all_groups;
+  if (offload_factor) g_vd.offload_factor = offload_factor;
+  g_vd.log = vd_log;
   if (snapshot) snapshot_load(snapshot);
   if ((lfd = listen_on(listen_spec, unix_path, sizeof unix_path)) < 0) return 1;
   fcntl(lfd, F_SETFL, fcntl(lfd, F_GETFL) | O_NONBLOCK);
@@ -942,6 +748,19 @@ int main(int argc, char **argv) {
     }
     logf_("subscribed to %s as worker %llu", ep[i].url,
           (unsigned long long)ep[i].worker_id);
+    ep[i].replay = NULL;
+    if (ep[i].replay_url) {
+      int zero = 0;
+      ep[i].replay = zmq_socket(zctx, ZMQ_DEALER);
+      zmq_setsockopt(ep[i].replay, ZMQ_LINGER, &zero, sizeof zero);
+      if (zmq_connect(ep[i].replay, ep[i].replay_url) != 0) {
+        fprintf(stderr, "kvidx-vllm: connect %s: %s\n", ep[i].replay_url,
+                zmq_strerror(zmq_errno()));
+        return 1;
+      }
+      logf_("replay requests for worker %llu go to %s", (unsigned long long)ep[i].worker_id,
+            ep[i].replay_url);
+    }
   }
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
@@ -1002,9 +821,9 @@ int main(int argc, char **argv) {
   }
 
   logf_("stopping: %llu batches, %llu events, %llu blocks stored, %llu removed, "
-        "%llu malformed, %llu gaps, %llu restarts, %llu duplicates", g_c.batches,
-        g_c.events, g_c.stored, g_c.removed, g_c.malformed, g_c.gaps,
-        g_c.restarts, g_c.duplicates);
+        "%llu malformed, %llu gaps, %llu restarts, %llu duplicates", g_vd.c.batches,
+        g_vd.c.events, g_vd.c.stored, g_vd.c.removed, g_vd.c.malformed, g_vd.c.gaps,
+        g_vd.c.restarts, g_vd.c.duplicates);
   if (snapshot && snapshot_save(snapshot) != 0) status = 1;
   for (i = 0; i < ncl; i++) {
     close(cl[i].fd);
@@ -1016,12 +835,12 @@ int main(int argc, char **argv) {
     int zero = 0;
     zmq_setsockopt(ep[i].sock, ZMQ_LINGER, &zero, sizeof zero);
     zmq_close(ep[i].sock);
+    if (ep[i].replay) zmq_close(ep[i].replay);
   }
   zmq_ctx_term(zctx);
   kvidx_destroy(g_ix);
   free(g_tok);
-  free(g_u64);
   free(g_loc);
-  free(g_blk);
+  vd_free(&g_vd);
   return status;
 }
