@@ -856,8 +856,13 @@ KVIDX__PRIV size_t kvidx__align(size_t n) { return (n + 63) & ~KVIDX__CAST(size_
  * elements are only reused as elements of the same array: type-stable). */
 KVIDX__PRIV void *kvidx__grow_get(const kvidx__grow *g, uint64_t i, uint64_t count, int reader) {
   uint64_t t = (i >> g->shift0) + 1, off;
-  unsigned k = kvidx__log2(t);
+  unsigned k;
   unsigned char *base;
+  if (t == 1 && i + count <= (KVIDX__CAST(uint64_t, 1) << g->shift0)) { /* segment 0: most lookups */
+    base = reader ? kvidx__ld_acq(&KVIDX__UNC(kvidx__grow *, g)->seg[0]) : kvidx__ld(&KVIDX__UNC(kvidx__grow *, g)->seg[0]);
+    return base ? base + i * g->es : NULL;
+  }
+  k = kvidx__log2(t);
   if (k >= KVIDX__SEGS) return NULL;
   off = i - (((KVIDX__CAST(uint64_t, 1) << k) - 1) << g->shift0);
   if (off + count > (KVIDX__CAST(uint64_t, 1) << (g->shift0 + k))) return NULL; /* crosses a segment */
@@ -988,19 +993,20 @@ KVIDX__PRIV uint32_t kvidx__map_find(const kvidx *ix, const kvidx__map *m, const
   }
 }
 
-/* Writer: start loading the line where key's probe begins. */
-KVIDX__PRIV void kvidx__map_prefetch(const kvidx *ix, const kvidx__map *m, const uint64_t *key) {
+/* Writer: start loading the line where a probe with hash h begins. */
+KVIDX__PRIV void kvidx__map_prefetch(const kvidx__map *m, uint64_t h) {
   const kvidx__mtab *t = kvidx__ld(&KVIDX__UNC(kvidx__map *, m)->tab);
-  if (t) KVIDX__PREFETCH(kvidx__mtab_words(t) + (kvidx__key_hash(ix->seed, key, m->kw) & t->mask) * m->ew);
+  if (t) KVIDX__PREFETCH(kvidx__mtab_words(t) + (h & t->mask) * m->ew);
 }
 
-/* Writer: like kvidx__map_find, and where an insert would go (*free_at). */
-KVIDX__PRIV uint32_t kvidx__map_slot(const kvidx *ix, const kvidx__map *m, const uint64_t *key, uint32_t *free_at) {
+/* Writer: like kvidx__map_find (h = the key's hash), and where an insert
+ * would go (*free_at). */
+KVIDX__PRIV uint32_t kvidx__map_slot(const kvidx__map *m, const uint64_t *key, uint64_t h, uint32_t *free_at) {
   const kvidx__mtab *t = kvidx__ld(&KVIDX__UNC(kvidx__map *, m)->tab);
   KVIDX__A(uint64_t) *w = kvidx__mtab_words(t);
   uint64_t i;
   uint32_t k;
-  for (i = kvidx__key_hash(ix->seed, key, m->kw) & t->mask;; i = (i + 1) & t->mask) {
+  for (i = h & t->mask;; i = (i + 1) & t->mask) {
     KVIDX__A(uint64_t) *e = w + i * m->ew;
     if (!kvidx__ld(&e[m->occ])) {
       *free_at = KVIDX__CAST(uint32_t, i);
@@ -1195,7 +1201,13 @@ KVIDX__PRIV void kvidx__sink_push(kvidx__sink *k, uint64_t id, uint32_t rank, si
 }
 
 KVIDX__PRIV size_t kvidx__sink_finish(kvidx__sink *k) {
-  if (k->n > 1) qsort(k->out, k->n, k->esz, kvidx__score_cmp);
+  if (k->n > 16) {
+    qsort(k->out, k->n, k->esz, kvidx__score_cmp);
+  } else { /* a few scores: insertion sort beats qsort's indirection */
+    size_t i, j;
+    for (i = 1; i < k->n; i++)
+      for (j = i; j > 0 && kvidx__score_before(KVIDX__SC(k, j), KVIDX__SC(k, j - 1)); j--) kvidx__sink_swap(k, j, j - 1);
+  }
   return k->total;
 }
 
@@ -1840,6 +1852,7 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
   uint64_t added_small[16], *added = added_small;
   kvidx__hcache hc;
   kvidx__map spare;
+  uint64_t homes[KVIDX__AHEAD]; /* seq hashes of the next blocks, computed once */
   size_t i, lim = ix->max_blocks < n ? 0 : ix->max_blocks - n;
   int rc = KVIDX_OK, saw_held = 0;
   kvidx__slot *sl;
@@ -1890,12 +1903,14 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
   }
   memset(added, 0, (n + 63) / 64 * 8);
   hc.run = hc.at = KVIDX__NONE;
-  for (i = 0; i < n && i < KVIDX__AHEAD; i++) kvidx__map_prefetch(ix, &sl->seqs, &b[i].seq);
+  for (i = 0; i < n && i < KVIDX__AHEAD; i++)
+    kvidx__map_prefetch(&sl->seqs, homes[i] = kvidx__key_hash(ix->seed, &b[i].seq, 1));
   for (i = 0; i < n; i++) { /* pass 1: new blocks; held ones are left as they are */
     uint32_t free_at = KVIDX__NONE, at;
-    uint64_t e[4];
-    if (i + KVIDX__AHEAD < n) kvidx__map_prefetch(ix, &sl->seqs, &b[i + KVIDX__AHEAD].seq);
-    at = kvidx__map_slot(ix, &sl->seqs, &b[i].seq, &free_at);
+    uint64_t e[4], h = homes[i % KVIDX__AHEAD];
+    if (i + KVIDX__AHEAD < n) /* the seq table's line for a block further on */
+      kvidx__map_prefetch(&sl->seqs, homes[i % KVIDX__AHEAD] = kvidx__key_hash(ix->seed, &b[i + KVIDX__AHEAD].seq, 1));
+    at = kvidx__map_slot(&sl->seqs, &b[i].seq, h, &free_at);
     if (at != KVIDX__NONE) { /* the run goes on from the held block */
       uint64_t pos = kvidx__ld(&kvidx__map_at(&sl->seqs, at)[1]);
       r = KVIDX__POS_RUN(pos);
@@ -1947,10 +1962,12 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
 KVIDX__PRIV int kvidx__ix_remove(kvidx *ix, uint64_t id, uint32_t rank, const uint64_t *seq, size_t n, int tier) {
   uint32_t s = kvidx__slot_find(ix, id, rank);
   size_t i, unknown = 0;
-  for (i = 0; s != KVIDX__NONE && i < n && i < KVIDX__AHEAD; i++) kvidx__map_prefetch(ix, &ix->slots[s].seqs, &seq[i]);
+  for (i = 0; s != KVIDX__NONE && i < n && i < KVIDX__AHEAD; i++)
+    kvidx__map_prefetch(&ix->slots[s].seqs, kvidx__key_hash(ix->seed, &seq[i], 1));
   for (i = 0; i < n; i++) {
     kvidx__slot *sl;
-    if (s != KVIDX__NONE && i + KVIDX__AHEAD < n) kvidx__map_prefetch(ix, &ix->slots[s].seqs, &seq[i + KVIDX__AHEAD]);
+    if (s != KVIDX__NONE && i + KVIDX__AHEAD < n)
+      kvidx__map_prefetch(&ix->slots[s].seqs, kvidx__key_hash(ix->seed, &seq[i + KVIDX__AHEAD], 1));
     uint32_t at, tiers, tb;
     KVIDX__A(uint64_t) *e;
     uint64_t pos;
