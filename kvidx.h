@@ -1,4 +1,4 @@
-/* kvidx.h - v0.1.0 - KV-block index for LLM routers - public domain / MIT
+/* kvidx.h - v0.2.0 - KV-block index for LLM routers - public domain / MIT
  *
  * A global index of the KV-cache blocks held by every worker of an LLM
  * inference fleet, fed by KV events (Stored / Removed / Cleared) and queried
@@ -65,22 +65,69 @@
  *   - Capacity: cfg.max_blocks bounds (worker, block) holdings, cfg.max_workers
  *     the workers holding >= 1 block: both are semantic (every kind refuses
  *     the same stores with KVIDX_EFULL).  cfg.max_entries bounds the index's
- *     own entries (radix nodes / positional entries): a memory cap that can
- *     refuse earlier than max_blocks for some kinds.  On any error nothing
+ *     own entries (block positions stored in runs, counted whether held or
+ *     not): a memory cap that can refuse earlier than max_blocks.  On any error nothing
  *     changed.  With cfg.evict set, a store that would pass max_blocks first
  *     prunes by the policy (every refusal is decided before that).
  *
  * KINDS: which to choose
- *   KVIDX_RADIX       tree of nodes, one per chain, children found through a
- *                     hash of (parent, local).  Queries walk node by node and
- *                     never hash; robust for short prompts and tiny fleets.
- *   KVIDX_POSITIONAL  Dynamo's Flash Indexer made exact: entries keyed by
- *                     (position, local) with the chain verified; jump search
- *                     (cfg.jump, default 16, doubling while every worker
- *                     stays) with binary-searched drain points.  Fastest on
- *                     long shared prefixes (the common case); default choice.
+ *   KVIDX_RADIX and KVIDX_POSITIONAL share one storage and one query walk
+ *   since 0.2 (below): a compressed radix tree whose edges are runs of up to
+ *   64 blocks.  Dynamo's positional index needs jump search because it
+ *   hashes and probes per position; a run compares one local hash per block
+ *   and checks each holder once per run, which is what a jump buys, without
+ *   the hashing.  Both names stay valid; cfg.jump is accepted and unused.
  *   KVIDX_REFERENCE   the naive nested-map model that defines the semantics:
  *                     a correctness oracle for your own tests.  Slow.
+ *
+ * STORAGE (what the memory holds; section 4 and 5 of the implementation)
+ *   Shared by every worker, one copy per path of blocks:
+ *
+ *     root --(local a)--> run R1 [a b c d e f]         runs: up to 64 blocks
+ *                           |        \                  of one path, their
+ *                           |         (offset 2, local x)   local hashes in one
+ *                           |          --> run R2 [x y]     chunk
+ *                           (offset 5, local g) --> run R3 [g h i]
+ *
+ *   A child run hangs below (parent run, offset); the one child map finds it
+ *   by ((parent + 1) << 8 | offset, first local).  A query walks from the
+ *   root: compare locals along the run, then one child-map probe.  A store
+ *   walks the same way, appending to a run's end in place while it has room
+ *   (decode steps store one block at a time: they grow one run) and starting
+ *   a new run where the path leaves the existing ones.
+ *
+ *   Run header (32 bytes, type-stable array, 32-bit ids):
+ *     +-----+--------+--------------------------------+-------+--------+---------+------+------+
+ *     | ver | parent | len:8 poff:8 lclass:8 hclass:8 | nhold | locals | holders | kids | free |
+ *     +-----+--------+--------------------------------+-------+--------+---------+------+------+
+ *       seqlock          shape (len 0 = free)                   word indices     writer only
+ *   locals:  [local 0][local 1]...[local len-1]          (2^lclass words)
+ *   holders: [slot:32 | cutoff:32]([device bits]) x nhold (2^hclass words)
+ *     cutoff = how many leading blocks of the run that worker holds; the
+ *     device bits only with KVIDX_F_TIERS.
+ *
+ *   Per worker (writer side only):
+ *     seq table: engine seq -> run:32 | offset:8 | tiers:8   (16 bytes; 32
+ *                with eviction keys).  Parents and removals are one probe.
+ *   Per (worker, run), one shared "holds" map:
+ *     held bits (u64: a run has at most 64 blocks), multi bits (positions the
+ *     worker holds under >= 2 seqs, counted exactly in the "multi" map),
+ *     the worker's index in the run's holder list, device bits (tiers).
+ *   Holes (a removed middle block) are a cutoff below a later held bit: the
+ *   score stops there, exactly, with no per-position check.
+ *
+ *   Every map is one open-addressing table (section 2): linear probing from
+ *   a home keyed by a per-index random seed (cfg.seed), load <= 3/4,
+ *   backward-shift deletion.  All memory comes from the allocation hooks, or
+ *   in caller-buffer mode from the buffer through size classes.
+ *
+ *   Memory: a held block costs its seq entry (16-21 bytes at the table's
+ *   load) plus its share of the run it sits in (8 bytes per block of locals,
+ *   the run header and holder entries per run, not per block).  Runs that
+ *   nobody holds are freed as soon as nothing hangs below them.
+ *
+ *   Concurrency: readers copy one run at a time under its seqlock and probe
+ *   the child map, validated by the map's deletion seqlock (section 7).
  *
  * PRODUCTION EVENTS (see the declarations for details)
  *   kvidx_apply(ix, &ev)       one engine event with its id and generation:
@@ -99,7 +146,7 @@
  *                              kind (warm restart of a router).
  *
  * THREADING
- *   See the "concurrency" section below the API for the full contract.
+ *   See section 7 of the implementation for the full contract.
  *   Short form: any number of threads may call kvidx_find_matches at any time;
  *   writer calls (store/remove/clear/remove_worker) for one worker come from
  *   one thread at a time, writer calls for different workers may come from
@@ -108,6 +155,12 @@
  *   KVIDX_NO_THREADS builds allow no concurrency at all.
  *
  * CHANGELOG
+ *   0.2.0  storage redesign: runs stored once for every worker, per-worker
+ *          seq tables, one open-addressing map keyed by a per-index seed
+ *          (cfg.seed), no hashing on the read path; both kinds share it.
+ *          Stream generations in kvidx_event (.generation) and
+ *          kvidx_last_event_gen; restarts only on a generation change.
+ *          64-bit slot generations; slot identities under a seqlock.
  *   0.1.0  first release: hashing, reference model, radix and positional
  *          indexes, caller-buffer mode, seqlock reader path, event ids,
  *          storage tiers, eviction policies and TTL mode, dumps and binary
@@ -122,7 +175,7 @@
 #include <stdint.h>
 
 #define KVIDX_VERSION_MAJOR 0
-#define KVIDX_VERSION_MINOR 1
+#define KVIDX_VERSION_MINOR 2
 #define KVIDX_VERSION_PATCH 0
 #define KVIDX_VERSION_NUMBER                                                   \
   (KVIDX_VERSION_MAJOR * 10000 + KVIDX_VERSION_MINOR * 100 + KVIDX_VERSION_PATCH)
@@ -384,7 +437,7 @@ KVIDX_API int kvidx_snapshot_write(const kvidx *ix, kvidx_write_fn write, void *
 KVIDX_API int kvidx_snapshot_read(kvidx *ix, kvidx_read_fn read, void *ctx);
 
 KVIDX_API const char *kvidx_strerror(int status);
-KVIDX_API const char *kvidx_version(void); /* "0.1.0" */
+KVIDX_API const char *kvidx_version(void); /* "0.2.0" */
 
 /* Invariant checker (rax style): 0 if every internal invariant holds, else a
  * negative line-number-like code.  O(size); for tests.  Not thread-safe. */
@@ -2176,6 +2229,45 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
       kvidx__emit_slot(ix, k, s, p, dev ? dev[s] : 0);
     }
 }
+
+/* ========================================================================== */
+/* 7. Concurrency: the contract and why the reader path is safe              */
+/* ========================================================================== */
+/* Contract.
+ *  - kvidx_find_matches, _ex and _tiered may run on any number of threads at
+ *    any time, beside the writers: lock-free, no shared writes, never waiting
+ *    for a writer (they retry a run that changed under them, bounded).
+ *    kvidx_worker_blocks, kvidx_get_stats, kvidx_last_event_id/_gen read
+ *    writer state under the writer lock (briefly).  kvidx_dump and
+ *    kvidx_snapshot_write hold the writer lock while they run.
+ *  - Writers (store / remove / clear / remove_worker / apply / expire):
+ *    events of one worker from one thread at a time, in order; events of
+ *    different workers may come from different threads at once.  They
+ *    serialize on one short spinlock: runs, holder lists and the child map
+ *    are shared by every worker (see the README on writer scaling).
+ *  - create / init_buffer / destroy / snapshot_read / kvidx__check: alone.
+ *    KVIDX_REFERENCE and KVIDX_NO_THREADS builds: one thread.
+ * What a reader sees.  Each run it reads is a consistent copy (the run's
+ * seqlock even and unchanged around it: shape, locals, holder entries).  A
+ * worker whose blocks did not change during the query gets its exact score:
+ * its holder entries keep their cutoffs, runs it holds are not freed, and a
+ * child-map miss is believed only if no deletion ran meanwhile (the map's
+ * `moves` seqlock) and the table was not replaced.  A worker that changed
+ * may be seen before, after, or part way through the change.  A slot
+ * reassigned during the query (64-bit generation newer than the query) is
+ * left out rather than reported under the wrong identity; a slot's (id,
+ * rank, generation) is read under the slot's own seqlock.
+ * Why no read goes astray.  Readers follow only 32-bit run ids and word
+ * indices, each bounds-checked against a grow-only array whose segments are
+ * never moved or freed before destroy; freed runs and word chunks are reused
+ * only as runs and word chunks (type-stable), so a stale id still names
+ * valid atomic words, and the seqlock or the parent / offset / first-local
+ * check tells it is stale.  Retired child-map tables stay until destroy
+ * (each is half the next: together less than the live one).  Retries are
+ * bounded (KVIDX__MAX_TRIES, about a second of backoff); a reader that runs
+ * out reports a shorter answer and KVIDX_EAGAIN from kvidx_find_matches_ex,
+ * never a wrong worker or a crash.  Every word a racing reader loads is
+ * atomic; the seqlock follows Boehm (relaxed loads, acquire fence). */
 
 /* ========================================================================== */
 /* 8. Public API: lifecycle, events, stats, invariant checker                */

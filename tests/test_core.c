@@ -740,7 +740,7 @@ static void test_config(void) {
   CHECK_EQ(kvidx_create(NULL, &c), KVIDX_EINVAL);
   CHECK(strcmp(kvidx_strerror(KVIDX_ENOPARENT), kvidx_strerror(KVIDX_ENOENT)) != 0);
   CHECK(strcmp(kvidx_strerror(12345), "unknown status") == 0);
-  CHECK(strcmp(kvidx_version(), "0.1.0") == 0 && KVIDX_VERSION_NUMBER == 100);
+  CHECK(strcmp(kvidx_version(), "0.2.0") == 0 && KVIDX_VERSION_NUMBER == 200);
 }
 
 int main(int argc, char **argv) {

@@ -65,6 +65,7 @@ class _Config(ctypes.Structure):
         ("max_entries", _SZ), ("jump", _U32), ("flags", _U32),
         ("alloc", _P), ("free", _P), ("alloc_ctx", _P),
         ("evict", ctypes.c_int), ("evict_target_pct", _U32),
+        ("seed", _U64),
     ]
 
 
@@ -166,7 +167,7 @@ def _u64s(values):
 
 
 def version():
-    """The library's version string, e.g. "0.1.0"."""
+    """The library's version string, e.g. "0.2.0"."""
     return _lib.kvidx_version().decode()
 
 
