@@ -64,7 +64,7 @@ $(BUILD)/test_core_clang: $(TEST_SRCS) $(TEST_HDRS) | deps
 $(BUILD)/test_core_clang_asan: $(TEST_SRCS) $(TEST_HDRS) | deps
 	$(CLANG) $(CFLAGS_BASE) -O1 $(SAN) -o $@ $(TEST_SRCS) $(PTHREAD)
 
-VECTORS := ../shared/vectors/dynamo_hash_vectors.json
+VECTORS := tests/dynamo_hash_vectors.json
 
 test-core-gcc: $(BUILD)/test_core
 	$(BUILD)/test_core $(VECTORS)

@@ -234,7 +234,9 @@ def main():
     expect("MATCHT: device blocks", cl.matcht(A), "1:1:6:6 2:0:6:3", proc, log)
     expect("WORKER 2", cl.ask("WORKER 2 0"), "OK blocks=6", proc, log)
 
-    if vectors and os.path.exists(vectors):
+    if vectors:  # given but unreadable: fail, never skip silently
+        if not os.path.exists(vectors):
+            fail(f"hash vectors not found: {vectors}", proc, log)
         case = json.load(open(vectors))["cases"][0]
         if case["block_size"] == BS and not case["lora_name"] and not case["namespace"]:
             r = cl.ask("MATCHH " + " ".join(case["local_hashes"]))
