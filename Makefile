@@ -66,6 +66,9 @@ $(BUILD)/test_core_clang_asan: $(TEST_SRCS) $(TEST_HDRS) | deps
 
 VECTORS := tests/dynamo_hash_vectors.json
 
+# cross-platform part (s390x, armhf, aarch64 under qemu-user)
+include tests/cross.mk
+
 test-core-gcc: $(BUILD)/test_core
 	$(BUILD)/test_core $(VECTORS)
 test-core-gcc-asan: $(BUILD)/test_core_asan
