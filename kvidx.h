@@ -394,6 +394,22 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
 /*                              IMPLEMENTATION                                */
 /* ========================================================================== */
 #ifdef KVIDX_IMPLEMENTATION
+
+/* ---- language and compiler checks: one clear #error, then the rest of the
+ * implementation is skipped (compilers go on after #error) -------------- */
+#if defined(__cplusplus) && __cplusplus < 201103L && !(defined(_MSVC_LANG) && _MSVC_LANG >= 201103L)
+#error "kvidx.h: the implementation needs C++11 or later (-std=c++11), or compile it as C11"
+#define KVIDX__IMPLEMENTED
+#elif !defined(__cplusplus) && !defined(KVIDX_NO_THREADS) && \
+    (!defined(__STDC_VERSION__) || __STDC_VERSION__ < 201112L)
+#error "kvidx.h: C before C11 has no atomics: compile with -std=c11 or later, or define KVIDX_NO_THREADS (single-threaded build)"
+#define KVIDX__IMPLEMENTED
+#elif !defined(__cplusplus) && !defined(KVIDX_NO_THREADS) && \
+    (defined(__STDC_NO_ATOMICS__) || (defined(__TINYC__) && __TINYC__ <= 927))
+#error "kvidx.h: this compiler has no <stdatomic.h> (tcc 0.9.27, or __STDC_NO_ATOMICS__): define KVIDX_NO_THREADS (single-threaded build)"
+#define KVIDX__IMPLEMENTED
+#endif
+
 #ifndef KVIDX__IMPLEMENTED
 #define KVIDX__IMPLEMENTED
 
@@ -438,6 +454,23 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
  * is declared KVIDX__A(T).  ThreadSanitizer does not model standalone fences,
  * but every racing access is atomic, so TSan reports no race either way; the
  * fences are what make the seqlock correct on weakly ordered CPUs. */
+/* KVIDX__PAUSE: a spin-wait hint (x86 pause, Arm yield), else nothing.
+ * KVIDX__YIELD: give up the time slice: std::this_thread::yield in C++,
+ * sched_yield on POSIX systems (in libc proper: no -pthread, unlike
+ * thrd_yield on glibc before 2.34), thrd_yield where <threads.h> is known to
+ * exist, else nothing (readers then spin with pauses: still correct). */
+#if defined(KVIDX_NO_THREADS)
+#define KVIDX__PAUSE() ((void)0)
+#elif (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+#define KVIDX__PAUSE() __builtin_ia32_pause()
+#elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))
+#include <intrin.h>
+#define KVIDX__PAUSE() _mm_pause()
+#elif (defined(__GNUC__) || defined(__clang__)) && (defined(__aarch64__) || (defined(__ARM_ARCH) && __ARM_ARCH >= 7))
+#define KVIDX__PAUSE() __asm__ __volatile__("yield" ::: "memory")
+#else
+#define KVIDX__PAUSE() ((void)0)
+#endif
 #if defined(KVIDX_NO_THREADS)
 #define KVIDX__YIELD() ((void)0)
 #define KVIDX__A(T) T
@@ -461,8 +494,11 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
 #define kvidx__xchg_acq(p, v) std::atomic_exchange_explicit((p), (v), std::memory_order_acquire)
 #else
 #include <stdatomic.h>
-#if !defined(__STDC_NO_THREADS__)
-#include <threads.h>
+#if defined(__unix__) || defined(__unix) || (defined(__APPLE__) && defined(__MACH__))
+#include <sched.h>
+#define KVIDX__YIELD() ((void)sched_yield())
+#elif defined(_WIN32) && !defined(__STDC_NO_THREADS__) && defined(_MSC_VER) && _MSC_VER >= 1933
+#include <threads.h> /* MSVC 17.3+ ships C11 threads; mingw does not */
 #define KVIDX__YIELD() thrd_yield()
 #else
 #define KVIDX__YIELD() ((void)0)
@@ -499,6 +535,11 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
 #ifdef KVIDX_NO_MALLOC
 #undef malloc
 #undef free
+#endif
+/* XXH3's output was frozen in xxHash 0.8.0: an older xxhash.h builds but
+ * computes other (non-Dynamo) hashes. */
+#if !defined(XXH_VERSION_NUMBER) || XXH_VERSION_NUMBER < 800
+#error "kvidx.h: xxhash.h 0.8.0 or later needed (XXH3 output before 0.8.0 differs from Dynamo's)"
 #endif
 
 KVIDX__PRIV int kvidx__little_endian(void) {
@@ -1714,11 +1755,7 @@ KVIDX__PRIV void kvidx__lock(kvidx *ix) {
   (void)ix;
 #else
   while (kvidx__xchg_acq(&ix->wlock, 1))
-    while (kvidx__ld(&ix->wlock)) {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
-    }
+    while (kvidx__ld(&ix->wlock)) KVIDX__PAUSE();
 #endif
 }
 KVIDX__PRIV void kvidx__unlock(kvidx *ix) {
@@ -1885,9 +1922,7 @@ KVIDX__PRIV void kvidx__ix_clear_slot(kvidx *ix, uint32_t s) {
 #define KVIDX__MAX_STEPS 4096
 
 KVIDX__PRIV void kvidx__backoff(uint32_t tries) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
+  KVIDX__PAUSE();
   if ((tries & 63) == 0) KVIDX__YIELD();
 }
 
