@@ -438,11 +438,13 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
 
 #if defined(__cplusplus)
 #define KVIDX__CAST(T, x) (static_cast<T>(x))
-#define KVIDX__RCAST(T, x) (reinterpret_cast<T>(x))
+/* RCAST: pointers into caller buffers and pools, whose layout aligns every
+ * record (kvidx__align); through void * so -Wcast-align has nothing to say. */
+#define KVIDX__RCAST(T, x) (reinterpret_cast<T>(const_cast<void *>(static_cast<const volatile void *>(x))))
 #define KVIDX__MUT(x) (const_cast<kvidx *>(x)) /* readers load atomics only */
 #else
 #define KVIDX__CAST(T, x) ((T)(x))
-#define KVIDX__RCAST(T, x) ((T)(x))
+#define KVIDX__RCAST(T, x) ((T)(void *)(x))
 #define KVIDX__MUT(x) ((kvidx *)(x))
 #endif
 
@@ -1134,7 +1136,7 @@ struct kvidx__ref {
 KVIDX__PRIV kvidx__rslot *kvidx__rmap_get(const kvidx__rmap *m, uint64_t key) {
   size_t i;
   if (!m->cap) return NULL;
-  for (i = kvidx__mix(key) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+  for (i = KVIDX__CAST(size_t, kvidx__mix(key) & (m->cap - 1));; i = (i + 1) & (m->cap - 1)) {
     if (m->t[i].state == 0) return NULL;
     if (m->t[i].state == 1 && m->t[i].key == key) return &m->t[i];
   }
@@ -1152,7 +1154,7 @@ KVIDX__PRIV int kvidx__rmap_reserve(kvidx *ix, kvidx__rmap *m, size_t extra) {
   memset(t, 0, ncap * sizeof(kvidx__rslot));
   for (i = 0; i < m->cap; i++)
     if (m->t[i].state == 1) {
-      size_t j = kvidx__mix(m->t[i].key) & (ncap - 1);
+      size_t j = KVIDX__CAST(size_t, kvidx__mix(m->t[i].key) & (ncap - 1));
       while (t[j].state) j = (j + 1) & (ncap - 1);
       t[j] = m->t[i];
     }
@@ -1164,7 +1166,7 @@ KVIDX__PRIV int kvidx__rmap_reserve(kvidx *ix, kvidx__rmap *m, size_t extra) {
 }
 
 KVIDX__PRIV kvidx__rslot *kvidx__rmap_put(kvidx__rmap *m, uint64_t key) { /* reserved */
-  size_t i = kvidx__mix(key) & (m->cap - 1);
+  size_t i = KVIDX__CAST(size_t, kvidx__mix(key) & (m->cap - 1));
   while (m->t[i].state == 1) i = (i + 1) & (m->cap - 1);
   if (m->t[i].state == 0) m->used++;
   m->t[i].state = 1;
@@ -2969,7 +2971,7 @@ KVIDX__PRIV int kvidx__dmap_grow(kvidx *ix, kvidx__dmap *m) {
   memset(nm.key, 0, nm.cap * 8);
   for (i = 0; i < m->cap; i++)
     if (m->key[i]) {
-      size_t j = kvidx__mix(m->key[i]) & (nm.cap - 1);
+      size_t j = KVIDX__CAST(size_t, kvidx__mix(m->key[i]) & (nm.cap - 1));
       while (nm.key[j]) j = (j + 1) & (nm.cap - 1);
       nm.key[j] = m->key[i];
       nm.val[j] = m->val[i];
@@ -2981,14 +2983,14 @@ KVIDX__PRIV int kvidx__dmap_grow(kvidx *ix, kvidx__dmap *m) {
 KVIDX__PRIV uint64_t *kvidx__dmap_get(const kvidx__dmap *m, uint32_t entry) {
   size_t j;
   if (!m->cap) return NULL;
-  for (j = kvidx__mix(entry + 1ull) & (m->cap - 1); m->key[j]; j = (j + 1) & (m->cap - 1))
+  for (j = KVIDX__CAST(size_t, kvidx__mix(entry + 1ull) & (m->cap - 1)); m->key[j]; j = (j + 1) & (m->cap - 1))
     if (m->key[j] == entry + 1ull) return &m->val[j];
   return NULL;
 }
 KVIDX__PRIV int kvidx__dmap_put(kvidx *ix, kvidx__dmap *m, uint32_t entry, uint64_t seq) {
   size_t j;
   if ((m->n + 1) * 2 > m->cap && kvidx__dmap_grow(ix, m) != KVIDX_OK) return KVIDX_ENOMEM;
-  for (j = kvidx__mix(entry + 1ull) & (m->cap - 1); m->key[j]; j = (j + 1) & (m->cap - 1)) {}
+  for (j = KVIDX__CAST(size_t, kvidx__mix(entry + 1ull) & (m->cap - 1)); m->key[j]; j = (j + 1) & (m->cap - 1)) {}
   m->key[j] = entry + 1ull;
   m->val[j] = seq;
   m->n++;
