@@ -44,6 +44,20 @@ $(BUILD)/.deps:
 	@test -f /usr/include/xxhash.h || { echo "deps: xxhash.h not found (install libxxhash-dev)"; exit 1; }
 	@touch $@
 
+# installs Debian packages $(1) (when root), else fails naming them
+define apt_install
+	@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "$@: installing$$missing"; mkdir -p $(BUILD); \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing) \
+	      >$(BUILD)/apt-$@.log 2>&1 || { echo "$@: apt-get failed, see $(BUILD)/apt-$@.log"; exit 1; }; \
+	  else \
+	    echo "$@: missing Debian packages:$$missing (run: sudo apt-get install$$missing)"; exit 1; \
+	  fi; \
+	fi
+endef
+
 -include bench/bench.mk
 -include fuzz/fuzz.mk
 -include examples/examples.mk

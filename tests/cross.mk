@@ -35,19 +35,6 @@ cross_debarch_i686    := i386
 
 CROSS_DEB_PKGS := qemu-user-static $(foreach a,$(CROSS_ARCHS),gcc-$(cross_triplet_$(a)) libc6-dev-$(cross_debarch_$(a))-cross)
 
-# installs Debian packages $(1) (when root), else fails naming them
-define apt_install
-	@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "$@: installing$$missing"; mkdir -p $(BUILD); \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing) \
-	      >$(BUILD)/apt-$@.log 2>&1 || { echo "$@: apt-get failed, see $(BUILD)/apt-$@.log"; exit 1; }; \
-	  else \
-	    echo "$@: missing Debian packages:$$missing (run: sudo apt-get install$$missing)"; exit 1; \
-	  fi; \
-	fi
-endef
 
 .PHONY: cross-deps test-cross cross-build
 
