@@ -39,6 +39,9 @@
  *   KVIDX_JUMP_MAX        upper bound of cfg.jump (default 256).
  *   KVIDX_TEST_HOOK(ix, where)  test-only: called inside writer critical
  *                         sections (deterministic interleaving tests).
+ *   Language: C11 or C++11 and later; C99 and compilers without
+ *   <stdatomic.h> (tcc) only with KVIDX_NO_THREADS.  xxhash.h 0.8.0 or later
+ *   (earlier XXH3 output differs).  Anything else stops at one #error.
  *
  * SEMANTICS (the reference model, kind KVIDX_REFERENCE, is the definition)
  *   A worker is (worker_id u64, dp_rank u32).  Stored(worker, parent, blocks):
