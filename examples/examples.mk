@@ -10,6 +10,8 @@
 #   make test-install    install into build/, build a consumer via
 #                        pkg-config and via CMake find_package(kvidx)
 #   make test-matrix     compilers x standards x options, warnings as errors
+#   make check-warnings  just kvidx.h under -Wconversion -Wshadow -Wcast-align
+#                        with 32-bit gcc, clang (x86-64 and armhf), g++, clang++
 #   make vllm-events     the vLLM KV-event daemon (libzmq3-dev libmsgpack-dev)
 #   make test-vllm       its end-to-end test with a Python vLLM-format publisher
 #
@@ -23,7 +25,7 @@ PYTHON    ?= python3
 KVIDX_VERSION_STR = $(shell sed -n 's/^\#define KVIDX_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\).*/\2/p' kvidx.h | paste -sd. -)
 
 .PHONY: examples test-examples python test-python install-all test-install \
-        test-matrix matrix-deps vllm-events test-vllm python-deps test-python-package
+        test-matrix matrix-deps check-warnings vllm-events test-vllm python-deps test-python-package
 
 examples: $(EX_BINS)
 
@@ -133,6 +135,20 @@ test-matrix: | deps matrix-deps
 	@CC="$(CC)" CXX="$(CXX)" CLANG="$(CLANG)" CLANGXX="$(CLANGXX)" TCC=tcc \
 	  CC32=arm-linux-gnueabihf-gcc QEMU32=qemu-arm-static VECTORS=$(VECTORS) \
 	  sh examples/matrix/run.sh $(BUILD)
+
+# The matrix's warning flags on the compilers that find the most (32-bit gcc,
+# clang on any target), the implementation only: seconds, not minutes.
+WARN_STRICT := $(WARN) -Wconversion -Wshadow -Wcast-align
+check-warnings: | deps matrix-deps
+	@for c in "$(CC)" arm-linux-gnueabihf-gcc "$(CLANG)" "$(CLANG) --target=arm-linux-gnueabihf"; do \
+	  for d in "" "-DKVIDX_NO_MALLOC -DKVIDX_NO_THREADS"; do \
+	    echo "$$c -std=c11 $(WARN_STRICT) -O2 $$d"; \
+	    $$c -std=c11 $(WARN_STRICT) -O2 $$d -I. -c examples/matrix/impl.c -o /dev/null || exit 1; \
+	  done; done; \
+	for c in "$(CXX)" "$(CLANGXX)"; do \
+	  echo "$$c -x c++ -std=c++17 $(WARN_STRICT) -O2"; \
+	  $$c -x c++ -std=c++17 $(WARN_STRICT) -O2 -I. -c examples/matrix/impl.c -o /dev/null || exit 1; \
+	done; echo "check-warnings: clean"
 
 # ---- vLLM KV-event daemon (optional dependencies) ----------------------------------
 VLLM_DEB_PKGS := libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack
