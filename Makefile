@@ -44,10 +44,25 @@ $(BUILD)/.deps:
 	@test -f /usr/include/xxhash.h || { echo "deps: xxhash.h not found (install libxxhash-dev)"; exit 1; }
 	@touch $@
 
+# installs Debian packages $(1) (when root), else fails naming them
+define apt_install
+	@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "$@: installing$$missing"; mkdir -p $(BUILD); \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing) \
+	      >$(BUILD)/apt-$@.log 2>&1 || { echo "$@: apt-get failed, see $(BUILD)/apt-$@.log"; exit 1; }; \
+	  else \
+	    echo "$@: missing Debian packages:$$missing (run: sudo apt-get install$$missing)"; exit 1; \
+	  fi; \
+	fi
+endef
+
 -include bench/bench.mk
 -include fuzz/fuzz.mk
 -include examples/examples.mk
 -include examples/fleet/fleet.mk
+-include examples/firmware/firmware.mk
 
 # ---- core tests ------------------------------------------------------------
 TEST_SRCS := tests/test_core.c tests/test_impl.c
@@ -65,7 +80,10 @@ $(BUILD)/test_core_clang: $(TEST_SRCS) $(TEST_HDRS) | deps
 $(BUILD)/test_core_clang_asan: $(TEST_SRCS) $(TEST_HDRS) | deps
 	$(CLANG) $(CFLAGS_BASE) -O1 $(SAN) -o $@ $(TEST_SRCS) $(PTHREAD)
 
-VECTORS := ../shared/vectors/dynamo_hash_vectors.json
+VECTORS := tests/dynamo_hash_vectors.json
+
+# cross-platform part (s390x, armhf, aarch64 under qemu-user)
+include tests/cross.mk
 
 test-core-gcc: $(BUILD)/test_core
 	$(BUILD)/test_core $(VECTORS)

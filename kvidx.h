@@ -39,6 +39,9 @@
  *   KVIDX_JUMP_MAX        upper bound of cfg.jump (default 256).
  *   KVIDX_TEST_HOOK(ix, where)  test-only: called inside writer critical
  *                         sections (deterministic interleaving tests).
+ *   Language: C11 or C++11 and later; C99 and compilers without
+ *   <stdatomic.h> (tcc) only with KVIDX_NO_THREADS.  xxhash.h 0.8.0 or later
+ *   (earlier XXH3 output differs).  Anything else stops at one #error.
  *
  * SEMANTICS (the reference model, kind KVIDX_REFERENCE, is the definition)
  *   A worker is (worker_id u64, dp_rank u32).  Stored(worker, parent, blocks):
@@ -457,6 +460,22 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
 /*                              IMPLEMENTATION                                */
 /* ========================================================================== */
 #ifdef KVIDX_IMPLEMENTATION
+
+/* ---- language and compiler checks: one clear #error, then the rest of the
+ * implementation is skipped (compilers go on after #error) -------------- */
+#if defined(__cplusplus) && __cplusplus < 201103L && !(defined(_MSVC_LANG) && _MSVC_LANG >= 201103L)
+#error "kvidx.h: the implementation needs C++11 or later (-std=c++11), or compile it as C11"
+#define KVIDX__IMPLEMENTED
+#elif !defined(__cplusplus) && !defined(KVIDX_NO_THREADS) && \
+    (!defined(__STDC_VERSION__) || __STDC_VERSION__ < 201112L)
+#error "kvidx.h: C before C11 has no atomics: compile with -std=c11 or later, or define KVIDX_NO_THREADS (single-threaded build)"
+#define KVIDX__IMPLEMENTED
+#elif !defined(__cplusplus) && !defined(KVIDX_NO_THREADS) && \
+    (defined(__STDC_NO_ATOMICS__) || (defined(__TINYC__) && __TINYC__ <= 927))
+#error "kvidx.h: this compiler has no <stdatomic.h> (tcc 0.9.27, or __STDC_NO_ATOMICS__): define KVIDX_NO_THREADS (single-threaded build)"
+#define KVIDX__IMPLEMENTED
+#endif
+
 #ifndef KVIDX__IMPLEMENTED
 #define KVIDX__IMPLEMENTED
 
@@ -483,13 +502,15 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
 
 #if defined(__cplusplus)
 #define KVIDX__CAST(T, x) (static_cast<T>(x))
-#define KVIDX__RCAST(T, x) (reinterpret_cast<T>(x))
+/* RCAST: pointers into caller buffers and pools, whose layout aligns every
+ * record; through void * so -Wcast-align has nothing to say. */
+#define KVIDX__RCAST(T, x) (reinterpret_cast<T>(const_cast<void *>(static_cast<const volatile void *>(x))))
 #define KVIDX__MUT(x) (const_cast<kvidx *>(x)) /* readers load atomics only */
 #define KVIDX__UNC(T, x) (const_cast<T>(x))
 #define KVIDX__ADDR(p) (reinterpret_cast<uintptr_t>(p))
 #else
 #define KVIDX__CAST(T, x) ((T)(x))
-#define KVIDX__RCAST(T, x) ((T)(x))
+#define KVIDX__RCAST(T, x) ((T)(void *)(x))
 #define KVIDX__MUT(x) ((kvidx *)(x))
 #define KVIDX__UNC(T, x) ((T)(x))
 #define KVIDX__ADDR(p) ((uintptr_t)(p))
@@ -503,6 +524,23 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
  * is declared KVIDX__A(T).  ThreadSanitizer does not model standalone fences,
  * but every racing access is atomic, so TSan reports no race either way; the
  * fences are what make the seqlock correct on weakly ordered CPUs. */
+/* KVIDX__PAUSE: a spin-wait hint (x86 pause, Arm yield), else nothing.
+ * KVIDX__YIELD: give up the time slice: std::this_thread::yield in C++,
+ * sched_yield on POSIX systems (in libc proper: no -pthread, unlike
+ * thrd_yield on glibc before 2.34), thrd_yield where <threads.h> is known to
+ * exist, else nothing (readers then spin with pauses: still correct). */
+#if defined(KVIDX_NO_THREADS)
+#define KVIDX__PAUSE() ((void)0)
+#elif (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+#define KVIDX__PAUSE() __builtin_ia32_pause()
+#elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))
+#include <intrin.h>
+#define KVIDX__PAUSE() _mm_pause()
+#elif (defined(__GNUC__) || defined(__clang__)) && (defined(__aarch64__) || (defined(__ARM_ARCH) && __ARM_ARCH >= 7))
+#define KVIDX__PAUSE() __asm__ __volatile__("yield" ::: "memory")
+#else
+#define KVIDX__PAUSE() ((void)0)
+#endif
 #if defined(KVIDX_NO_THREADS)
 #define KVIDX__YIELD() ((void)0)
 #define KVIDX__A(T) T
@@ -526,8 +564,11 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
 #define kvidx__xchg_acq(p, v) std::atomic_exchange_explicit((p), (v), std::memory_order_acquire)
 #else
 #include <stdatomic.h>
-#if !defined(__STDC_NO_THREADS__)
-#include <threads.h>
+#if defined(__unix__) || defined(__unix) || (defined(__APPLE__) && defined(__MACH__))
+#include <sched.h>
+#define KVIDX__YIELD() ((void)sched_yield())
+#elif defined(_WIN32) && !defined(__STDC_NO_THREADS__) && defined(_MSC_VER) && _MSC_VER >= 1933
+#include <threads.h> /* MSVC 17.3+ ships C11 threads; mingw does not */
 #define KVIDX__YIELD() thrd_yield()
 #else
 #define KVIDX__YIELD() ((void)0)
@@ -551,14 +592,6 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
 #endif
 #define KVIDX__AHEAD 8
 
-/* A spin-wait hint for the writer lock and readers' retries. */
-#if defined(KVIDX_NO_THREADS)
-#define KVIDX__PAUSE() ((void)0)
-#elif (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
-#define KVIDX__PAUSE() __builtin_ia32_pause()
-#else
-#define KVIDX__PAUSE() ((void)0)
-#endif
 #if KVIDX_WORKERS_MAX > 65535
 #error "KVIDX_WORKERS_MAX must stay below 65536 (a query's hit records keep 16 bits per slot)"
 #endif
@@ -593,6 +626,11 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
 #ifdef KVIDX_NO_MALLOC
 #undef malloc
 #undef free
+#endif
+/* XXH3's output was frozen in xxHash 0.8.0: an older xxhash.h builds but
+ * computes other (non-Dynamo) hashes. */
+#if !defined(XXH_VERSION_NUMBER) || XXH_VERSION_NUMBER < 800
+#error "kvidx.h: xxhash.h 0.8.0 or later needed (XXH3 output before 0.8.0 differs from Dynamo's)"
 #endif
 
 KVIDX__PRIV int kvidx__little_endian(void) {
@@ -3029,7 +3067,7 @@ KVIDX__PRIV int kvidx__dmap_grow(kvidx *ix, kvidx__dmap *m) {
   memset(nm.key, 0, nm.cap * 8);
   for (i = 0; i < m->cap; i++)
     if (m->key[i]) {
-      size_t j = kvidx__mix(m->key[i]) & (nm.cap - 1);
+      size_t j = KVIDX__CAST(size_t, kvidx__mix(m->key[i]) & (nm.cap - 1));
       while (nm.key[j]) j = (j + 1) & (nm.cap - 1);
       nm.key[j] = m->key[i];
       nm.val[j] = m->val[i];
@@ -3041,14 +3079,14 @@ KVIDX__PRIV int kvidx__dmap_grow(kvidx *ix, kvidx__dmap *m) {
 KVIDX__PRIV uint64_t *kvidx__dmap_get(const kvidx__dmap *m, uint64_t entry) {
   size_t j;
   if (!m->cap) return NULL;
-  for (j = kvidx__mix(entry + 1ull) & (m->cap - 1); m->key[j]; j = (j + 1) & (m->cap - 1))
+  for (j = KVIDX__CAST(size_t, kvidx__mix(entry + 1ull) & (m->cap - 1)); m->key[j]; j = (j + 1) & (m->cap - 1))
     if (m->key[j] == entry + 1ull) return &m->val[j];
   return NULL;
 }
 KVIDX__PRIV int kvidx__dmap_put(kvidx *ix, kvidx__dmap *m, uint64_t entry, uint64_t seq) {
   size_t j;
   if ((m->n + 1) * 2 > m->cap && kvidx__dmap_grow(ix, m) != KVIDX_OK) return KVIDX_ENOMEM;
-  for (j = kvidx__mix(entry + 1ull) & (m->cap - 1); m->key[j]; j = (j + 1) & (m->cap - 1)) {}
+  for (j = KVIDX__CAST(size_t, kvidx__mix(entry + 1ull) & (m->cap - 1)); m->key[j]; j = (j + 1) & (m->cap - 1)) {}
   m->key[j] = entry + 1ull;
   m->val[j] = seq;
   m->n++;
@@ -3447,7 +3485,7 @@ KVIDX_DEF int kvidx_snapshot_read(kvidx *ix, kvidx_read_fn read, void *ctx) {
 KVIDX__PRIV kvidx__rslot *kvidx__rmap_get(const kvidx__rmap *m, uint64_t key) {
   size_t i;
   if (!m->cap) return NULL;
-  for (i = kvidx__mix(key) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+  for (i = KVIDX__CAST(size_t, kvidx__mix(key) & (m->cap - 1));; i = (i + 1) & (m->cap - 1)) {
     if (m->t[i].state == 0) return NULL;
     if (m->t[i].state == 1 && m->t[i].key == key) return &m->t[i];
   }
@@ -3465,7 +3503,7 @@ KVIDX__PRIV int kvidx__rmap_reserve(kvidx *ix, kvidx__rmap *m, size_t extra) {
   memset(t, 0, ncap * sizeof(kvidx__rslot));
   for (i = 0; i < m->cap; i++)
     if (m->t[i].state == 1) {
-      size_t j = kvidx__mix(m->t[i].key) & (ncap - 1);
+      size_t j = KVIDX__CAST(size_t, kvidx__mix(m->t[i].key) & (ncap - 1));
       while (t[j].state) j = (j + 1) & (ncap - 1);
       t[j] = m->t[i];
     }
@@ -3477,7 +3515,7 @@ KVIDX__PRIV int kvidx__rmap_reserve(kvidx *ix, kvidx__rmap *m, size_t extra) {
 }
 
 KVIDX__PRIV kvidx__rslot *kvidx__rmap_put(kvidx__rmap *m, uint64_t key) { /* reserved */
-  size_t i = kvidx__mix(key) & (m->cap - 1);
+  size_t i = KVIDX__CAST(size_t, kvidx__mix(key) & (m->cap - 1));
   while (m->t[i].state == 1) i = (i + 1) & (m->cap - 1);
   if (m->t[i].state == 0) m->used++;
   m->t[i].state = 1;

@@ -9,19 +9,47 @@
  * exceed it fails with KVIDX_EFULL and changes nothing.
  *
  *   cc -std=c11 -I. -DKVIDX_NO_MALLOC -DKVIDX_NO_THREADS examples/embedded.c
+ *
+ * The same file is the firmware of `make test-firmware` (examples/firmware/):
+ * built with -DKVIDX_EMBEDDED_SEMIHOSTING for a Cortex-M4 it prints through
+ * Arm semihosting instead of stdio (no stdio symbol is linked there), and its
+ * output must equal the host build's line for line.
  */
 #define KVIDX_IMPLEMENTATION
 #include "kvidx.h"
 
-#include <stdio.h>
-
 #define MAX_BLOCKS 2048u     /* (worker, block) holdings */
 #define MAX_WORKERS 8u
+#ifndef ARENA_BYTES
 #define ARENA_BYTES (2u << 20) /* 2 MiB reserved at link time */
+#endif
 #define BLOCK 16u
 #define PROMPT_BLOCKS 64u
 
 static unsigned char arena[ARENA_BYTES];
+
+/* ---- output: stdio on a host, semihosting on the firmware --------------- */
+#ifdef KVIDX_EMBEDDED_SEMIHOSTING
+/* Arm semihosting call: operation in r0, argument in r1, `bkpt 0xab` (Thumb);
+ * the debugger (here qemu -semihosting) performs it. */
+static int semihost(int op, const void *arg) {
+  register int r0 __asm__("r0") = op;
+  register const void *r1 __asm__("r1") = arg;
+  __asm__ volatile("bkpt 0xab" : "+r"(r0) : "r"(r1) : "memory");
+  return r0;
+}
+static void out(const char *s) { semihost(0x04, s); } /* SYS_WRITE0 */
+#else
+#include <stdio.h>
+static void out(const char *s) { fputs(s, stdout); }
+#endif
+
+static void out_u(size_t v) { /* decimal, no printf */
+  char b[24], *p = b + sizeof b - 1;
+  *p = 0;
+  do *--p = (char)('0' + v % 10); while ((v /= 10) != 0);
+  out(p);
+}
 
 static const char *kind_name(int k) {
   return k == KVIDX_POSITIONAL ? "positional" : k == KVIDX_RADIX ? "radix" : "reference";
@@ -49,21 +77,22 @@ int main(void) {
     cfg.max_workers = MAX_WORKERS;
     need = kvidx_buffer_size(&cfg);
     if (need == 0) {
-      printf("%s: no caller-buffer mode\n", kind_name(cfg.kind));
+      out(kind_name(cfg.kind)), out(": no caller-buffer mode\n");
       continue;
     }
-    printf("%s: memory %zu bytes for %u blocks x %u workers "
-           "(%.1f bytes per block), arena %u bytes\n", kind_name(cfg.kind), need,
-           MAX_BLOCKS, MAX_WORKERS, (double)need / MAX_BLOCKS, ARENA_BYTES);
+    out(kind_name(cfg.kind)), out(": memory "), out_u(need), out(" bytes for "), out_u(MAX_BLOCKS);
+    out(" blocks x "), out_u(MAX_WORKERS), out(" workers ("), out_u(need / MAX_BLOCKS), out(".");
+    out_u(need * 10 / MAX_BLOCKS % 10), out(" bytes per block), arena "), out_u(ARENA_BYTES);
+    out(" bytes\n");
     if (need > sizeof arena) {
-      printf("%s: arena too small\n", kind_name(cfg.kind));
+      out(kind_name(cfg.kind)), out(": arena too small\n");
       failed = 1;
       continue;
     }
     /* Any alignment works; start at an odd offset to show it. */
     rc = kvidx_init_buffer(&ix, &cfg, arena + 1, sizeof arena - 1);
     if (rc != KVIDX_OK) {
-      printf("%s: init_buffer: %s\n", kind_name(cfg.kind), kvidx_strerror(rc));
+      out(kind_name(cfg.kind)), out(": init_buffer: "), out(kvidx_strerror(rc)), out("\n");
       failed = 1;
       continue;
     }
@@ -85,35 +114,34 @@ int main(void) {
       if (rc == KVIDX_OK) {
         stored++;
       } else if (st.blocks != before) {
-        printf("%s: a refused store changed the index\n", kind_name(cfg.kind));
+        out(kind_name(cfg.kind)), out(": a refused store changed the index\n");
         failed = 1;
       }
     }
     kvidx_get_stats(ix, &st);
-    printf("%s: %zu stores accepted, holding %zu blocks, then: %s "
-           "(capacity is fixed)\n", kind_name(cfg.kind), stored, st.blocks,
-           kvidx_strerror(rc));
+    out(kind_name(cfg.kind)), out(": "), out_u(stored), out(" stores accepted, holding ");
+    out_u(st.blocks), out(" blocks, then: "), out(kvidx_strerror(rc)), out(" (capacity is fixed)\n");
     if (rc != KVIDX_EFULL) failed = 1;
 
     /* Make room: evict the last worker's prompt; the next store succeeds. */
     kvidx_clear(ix, 0, 0);
     rc = kvidx_store(ix, 0, 0, NULL, blk, n);
-    printf("%s: after clearing worker 0, store: %s\n", kind_name(cfg.kind),
-           kvidx_strerror(rc));
+    out(kind_name(cfg.kind)), out(": after clearing worker 0, store: "), out(kvidx_strerror(rc));
+    out("\n");
     if (rc != KVIDX_OK) failed = 1;
 
     m = kvidx_find_matches(ix, local, n, sc, MAX_WORKERS);
-    printf("%s: query of %zu blocks: %zu workers match, best depth %u\n",
-           kind_name(cfg.kind), n, m, m ? sc[0].depth : 0);
+    out(kind_name(cfg.kind)), out(": query of "), out_u(n), out(" blocks: "), out_u(m);
+    out(" workers match, best depth "), out_u(m ? sc[0].depth : 0), out("\n");
     kvidx_get_stats(ix, &st);
-    printf("%s: stats: %zu blocks, %zu workers, %zu entries, %zu bytes\n",
-           kind_name(cfg.kind), st.blocks, st.workers, st.entries, st.bytes);
+    out(kind_name(cfg.kind)), out(": stats: "), out_u(st.blocks), out(" blocks, "), out_u(st.workers);
+    out(" workers, "), out_u(st.entries), out(" entries, "), out_u(st.bytes), out(" bytes\n");
     if (kvidx__check(ix) != 0) {
-      printf("%s: invariant check failed\n", kind_name(cfg.kind));
+      out(kind_name(cfg.kind)), out(": invariant check failed\n");
       failed = 1;
     }
     kvidx_destroy(ix); /* releases nothing: the arena is ours */
   }
-  printf("embedded: %s\n", failed ? "FAILED" : "ok, no heap allocation");
+  out(failed ? "embedded: FAILED\n" : "embedded: ok, no heap allocation\n");
   return failed;
 }

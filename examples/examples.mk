@@ -3,11 +3,15 @@
 #   make examples        build every example into build/examples/
 #   make test-examples   run each example and check its output
 #   make python          build/libkvidx.so for bindings/python/kvidx.py
-#   make test-python     unittest of the ctypes binding
+#   make test-python     unittest of the ctypes binding (build/libkvidx.so)
+#   make test-python-package  pip install ./bindings/python into a fresh venv,
+#                        the same unittest against the installed package
 #   make install-all     header + pkg-config file + CMake package config
 #   make test-install    install into build/, build a consumer via
 #                        pkg-config and via CMake find_package(kvidx)
 #   make test-matrix     compilers x standards x options, warnings as errors
+#   make check-warnings  just kvidx.h under -Wconversion -Wshadow -Wcast-align
+#                        with 32-bit gcc, clang (x86-64 and armhf), g++, clang++
 #   make vllm-events     the vLLM KV-event daemon (libzmq3-dev)
 #   make test-vllm       its end-to-end test with a Python vLLM-format publisher
 #
@@ -21,7 +25,7 @@ PYTHON    ?= python3
 KVIDX_VERSION_STR = $(shell sed -n 's/^\#define KVIDX_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\).*/\2/p' kvidx.h | paste -sd. -)
 
 .PHONY: examples test-examples python test-python install-all test-install \
-        test-matrix vllm-events test-vllm
+        test-matrix matrix-deps check-warnings vllm-events test-vllm python-deps test-python-package
 
 examples: $(EX_BINS)
 
@@ -57,6 +61,27 @@ $(BUILD)/libkvidx.so: bindings/python/libkvidx.c kvidx.h | deps
 test-python: $(BUILD)/libkvidx.so
 	cd bindings/python && KVIDX_LIB=$(abspath $(BUILD)/libkvidx.so) \
 	  KVIDX_VECTORS=$(abspath $(VECTORS)) $(PYTHON) -m unittest -v test_kvidx
+
+# The package: `pip install ./bindings/python` into a fresh venv (Debian's
+# python3-venv, setuptools and wheel; no network, no PyPI), then the same
+# unittest run against the installed module, from outside the source tree.
+PY_DEB_PKGS := python3-venv python3-pip-whl python3-setuptools-whl python3-wheel-whl
+PY_SYS      ?= /usr/bin/python3
+PY_VENV     := $(abspath $(BUILD))/pyvenv
+python-deps: | deps
+	$(call apt_install,$(PY_DEB_PKGS))
+test-python-package: | deps python-deps
+	rm -rf $(PY_VENV) && $(PY_SYS) -m venv $(PY_VENV)
+	$(PY_VENV)/bin/pip install -q --no-index /usr/share/python-wheels/wheel-*.whl
+	$(PY_VENV)/bin/pip install -q --no-build-isolation --no-index ./bindings/python; \
+	  s=$$?; rm -rf bindings/python/build bindings/python/kvidx.egg-info; exit $$s
+	mkdir -p $(PY_VENV)/t && cp bindings/python/test_kvidx.py $(PY_VENV)/t/
+	cd $(PY_VENV)/t && env -u KVIDX_LIB $(PY_VENV)/bin/python -c "import kvidx; \
+	  assert kvidx.__file__.startswith('$(PY_VENV)/lib/'), kvidx.__file__; \
+	  assert '_kvidx_native' in kvidx.library_path, kvidx.library_path; \
+	  print('installed:', kvidx.__file__, kvidx.library_path, kvidx.version())"
+	cd $(PY_VENV)/t && env -u KVIDX_LIB KVIDX_VECTORS=$(abspath $(VECTORS)) \
+	  $(PY_VENV)/bin/python -m unittest test_kvidx
 
 # ---- install: header, pkg-config, CMake package config -------------------------
 # Layout under $(DESTDIR)$(PREFIX):
@@ -102,9 +127,28 @@ test-install: | deps
 	@echo "test-install: ok"
 
 # ---- compile matrix ------------------------------------------------------------
-test-matrix: | deps
-	@CC="$(CC)" CXX="$(CXX)" CLANG="$(CLANG)" CLANGXX="$(CLANGXX)" \
+# tcc, and gcc/clang for 32-bit armhf (run under qemu-user)
+MATRIX_DEB_PKGS := tcc gcc-arm-linux-gnueabihf libc6-dev-armhf-cross qemu-user-static
+matrix-deps: | deps
+	$(call apt_install,$(MATRIX_DEB_PKGS))
+test-matrix: | deps matrix-deps
+	@CC="$(CC)" CXX="$(CXX)" CLANG="$(CLANG)" CLANGXX="$(CLANGXX)" TCC=tcc \
+	  CC32=arm-linux-gnueabihf-gcc QEMU32=qemu-arm-static VECTORS=$(VECTORS) \
 	  sh examples/matrix/run.sh $(BUILD)
+
+# The matrix's warning flags on the compilers that find the most (32-bit gcc,
+# clang on any target), the implementation only: seconds, not minutes.
+WARN_STRICT := $(WARN) -Wconversion -Wshadow -Wcast-align
+check-warnings: | deps matrix-deps
+	@for c in "$(CC)" arm-linux-gnueabihf-gcc "$(CLANG)" "$(CLANG) --target=arm-linux-gnueabihf"; do \
+	  for d in "" "-DKVIDX_NO_MALLOC -DKVIDX_NO_THREADS"; do \
+	    echo "$$c -std=c11 $(WARN_STRICT) -O2 $$d"; \
+	    $$c -std=c11 $(WARN_STRICT) -O2 $$d -I. -c examples/matrix/impl.c -o /dev/null || exit 1; \
+	  done; done; \
+	for c in "$(CXX)" "$(CLANGXX)"; do \
+	  echo "$$c -x c++ -std=c++17 $(WARN_STRICT) -O2"; \
+	  $$c -x c++ -std=c++17 $(WARN_STRICT) -O2 -I. -c examples/matrix/impl.c -o /dev/null || exit 1; \
+	done; echo "check-warnings: clean"
 
 # ---- vLLM KV-event daemon (optional dependencies) ----------------------------------
 VLLM_DEB_PKGS := libzmq3-dev python3-zmq python3-msgpack
@@ -137,4 +181,4 @@ test-vllm: $(BUILD)/libkvidx.so | deps
 	timeout 240 /usr/bin/python3 examples/vllm_events/test_vllm_events.py \
 	  $(VLLM_BIN) $(abspath $(BUILD))/vllm-test $(abspath $(BUILD))/libkvidx.so
 
-TEST_PARTS += test-examples test-python test-install test-matrix test-vllm
+TEST_PARTS += test-examples test-python test-python-package test-install test-matrix test-vllm

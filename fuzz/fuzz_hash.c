@@ -69,7 +69,8 @@ static size_t pick_bs(uint8_t b, uint8_t x, uint8_t y) {
   case 11: return 256 + ((size_t)x | (size_t)y << 8);
   case 12: return SIZE_MAX;
   case 13: return SIZE_MAX / 4 + 1;
-  case 14: return (size_t)1 << 32;
+  case 14: /* 2^32 where size_t holds it (32-bit targets: 2^31) */
+    return SIZE_MAX > 0xFFFFFFFFu ? (size_t)((uint64_t)1 << 32) : SIZE_MAX / 2 + 1;
   default: return 4 + (b & 15);
   }
 }

@@ -748,7 +748,7 @@ int main(int argc, char **argv) {
   uint32_t jumps[4] = {1, 2, 7, 64}, workers[4] = {1, 2, 64, 1030};
   int j, w;
   int quick = getenv("KVIDX_QUICK") != NULL;
-  test_vectors(argc > 1 ? argv[1] : "../shared/vectors/dynamo_hash_vectors.json");
+  test_vectors(argc > 1 ? argv[1] : "tests/dynamo_hash_vectors.json");
   test_config();
   for (k = 0; k < 3; k++) {
     for (j = 0; j < 4; j++) {

@@ -5,10 +5,12 @@ A KV-block index for LLM routers: feed it the KV events of every worker
 the prompt each worker already caches.  Hashing is NVIDIA Dynamo's, byte for
 byte, so block hashes agree with Dynamo and with engines that use it.
 
-The shared library is built from the header by ``make python``
+The shared library is built from the header by ``pip install
+./bindings/python`` (installed next to this module) or by ``make python``
 (build/libkvidx.so).  It is found, in order: the ``KVIDX_LIB`` environment
-variable (a path), ``build/libkvidx.so`` of the source tree this file sits
-in, then the system's ``libkvidx.so`` (``ctypes.util.find_library``).
+variable (a path), the installed package's ``_kvidx_native*.so``,
+``build/libkvidx.so`` of the source tree this file sits in, then the system's
+``libkvidx.so`` (``ctypes.util.find_library``).
 
     import kvidx
     ix = kvidx.Index(kind="positional")
@@ -27,6 +29,7 @@ the GIL during each call.
 
 import ctypes
 import ctypes.util
+import importlib.machinery
 import os
 from collections import namedtuple
 
@@ -107,6 +110,12 @@ def _find_library():
     if env:
         return env
     here = os.path.dirname(os.path.abspath(__file__))
+    # installed package (pip install ./bindings/python): the library setup.py
+    # built, next to this file
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        shipped = os.path.join(here, "_kvidx_native" + suffix)
+        if os.path.exists(shipped):
+            return shipped
     tree = os.path.join(here, "..", "..", "build", "libkvidx.so")
     if os.path.exists(tree):
         return os.path.normpath(tree)

@@ -1,14 +1,19 @@
 #!/bin/sh
 # Compile matrix for kvidx.h: gcc and clang x -std=c11/c17/c2x x -O0/-O2,
-# C++17 (g++ and clang++, and a C++ user TU linked to a C implementation),
-# two translation units, KVIDX_STATIC (two private copies linked together),
-# KVIDX_NO_MALLOC / KVIDX_NO_THREADS with nm proving which symbols are not
-# referenced.  Warnings are errors:
-#   -Wall -Wextra -Wpedantic -Wconversion -Wshadow -Werror
+# C++11/14/17/20 (g++ and clang++, and a C++ user TU linked to a C
+# implementation), two translation units, KVIDX_STATIC (two private copies
+# linked together), KVIDX_NO_MALLOC / KVIDX_NO_THREADS with nm proving which
+# symbols are not referenced, C99 with KVIDX_NO_THREADS; 32-bit: gcc and
+# clang for armhf (run under qemu-arm); tcc (core tests, KVIDX_NO_THREADS).
+# What must not build stops at one clear #error: C++98, C99 with threads,
+# tcc with threads, an xxhash.h older than 0.8.0.  Warnings are errors:
+#   -Wall -Wextra -Wpedantic -Wconversion -Wshadow -Wcast-align -Werror
 # Each configuration also runs a behavioural smoke test.  Prints one line per
 # configuration, the first diagnostics of any failure, and a summary.
 #
-# Usage: examples/matrix/run.sh BUILD_DIR   (env CC CXX CLANG CLANGXX)
+# Usage: examples/matrix/run.sh BUILD_DIR
+#   env CC CXX CLANG CLANGXX; TCC (tcc), CC32 (arm-linux-gnueabihf-gcc),
+#   QEMU32 (qemu-arm-static), VECTORS (the hash vectors for tcc's core tests)
 set -u
 B=${1:-build}/matrix
 CC=${CC:-cc}
@@ -16,11 +21,23 @@ CXX=${CXX:-c++}
 CLANG=${CLANG:-}
 CLANGXX=${CLANGXX:-}
 M=examples/matrix
-W="-Wall -Wextra -Wpedantic -Wconversion -Wshadow -Werror"
+W="-Wall -Wextra -Wpedantic -Wconversion -Wshadow -Wcast-align -Werror"
+TCC=${TCC:-}
+CC32=${CC32:-}
+QEMU32=${QEMU32:-}
+VECTORS=${VECTORS:-tests/dynamo_hash_vectors.json}
 ok=0
 bad=0
 failed=""
 rm -rf "$B" && mkdir -p "$B"
+
+# must_fail NAME MESSAGE CMD...: the command must fail with exactly one
+# diagnostic, the #error whose text contains MESSAGE.
+must_fail() {
+  name=$1; msg=$2; shift 2
+  run "$name" "! ( $* ) >$B/mf.log 2>&1 && grep -q '$msg' $B/mf.log && \
+    test \$(grep -c 'error:' $B/mf.log) -eq 1 && cat $B/mf.log"
+}
 
 # run NAME CMD...: runs a shell command line, logs it, reports.
 run() {
@@ -66,16 +83,66 @@ cxxs="$CXX"
 [ -n "$CLANGXX" ] && cxxs="$cxxs $CLANGXX"
 for cx in $cxxs; do
   cn=$(basename "$cx")
+  for std in c++11 c++14 c++17 c++20; do
+    o="$B/$cn-$std"
+    run "$cn -std=$std two TUs" \
+      "$cx -x c++ -std=$std -O2 $W -I. -c $M/impl.c -o $o-impl.o && \
+       $cx -x c++ -std=$std -O2 $W -I. -c $M/user.c -o $o-user.o && \
+       $cx -o $o $o-impl.o $o-user.o -pthread && $o"
+  done
   o="$B/$cn-cxx17"
-  run "$cn -std=c++17 two TUs" \
-    "$cx -x c++ -std=c++17 -O2 $W -I. -c $M/impl.c -o $o-impl.o && \
-     $cx -x c++ -std=c++17 -O2 $W -I. -c $M/user.c -o $o-user.o && \
-     $cx -o $o $o-impl.o $o-user.o -pthread && $o"
+  must_fail "$cn -std=c++98: one clear #error" "needs C++11 or later" \
+    "$cx -x c++ -std=c++98 -I. -c $M/impl.c -o $o-98.o"
   run "$cn -std=c++17 user TU linked to the C implementation" \
     "$CC -std=c11 -O2 $W -I. -c $M/impl.c -o $o-cimpl.o && \
      $cx -x c++ -std=c++17 -O2 $W -I. -c $M/user.c -o $o-user2.o && \
      $cx -o $o-mixed $o-cimpl.o $o-user2.o -pthread && $o-mixed"
 done
+
+# C99: fine single-threaded, a clear #error with threads
+for c in $compilers; do
+  cn=$(basename "$c")
+  o="$B/$cn-c99"
+  run "$cn -std=c99 KVIDX_NO_THREADS two TUs" \
+    "$c -std=c99 -O2 $W -I. -DKVIDX_NO_THREADS -c $M/impl.c -o $o-impl.o && \
+     $c -std=c99 -O2 $W -I. -DKVIDX_NO_THREADS -c $M/user.c -o $o-user.o && \
+     $c -o $o $o-impl.o $o-user.o && $o"
+  must_fail "$cn -std=c99 with threads: one clear #error" "C before C11 has no atomics" \
+    "$c -std=c99 -I. -c $M/impl.c -o $o-thr.o"
+done
+
+# an xxhash.h older than 0.8.0 (XXH3's output was not frozen yet)
+mkdir -p "$B/oldxxhash"
+sed -e 's/^#define XXH_VERSION_MINOR .*/#define XXH_VERSION_MINOR    7/' \
+    -e 's/^#define XXH_VERSION_RELEASE .*/#define XXH_VERSION_RELEASE  3/' \
+    /usr/include/xxhash.h >"$B/oldxxhash/xxhash.h"
+must_fail "$CC with xxhash.h 0.7.3: #error" "xxhash.h 0.8.0 or later needed" \
+  "$CC -std=c11 -I$B/oldxxhash -I. -c $M/impl.c -o $B/oldxx.o"
+
+# 32-bit (armhf): gcc and clang, run under qemu-user
+if [ -n "$CC32" ]; then
+  for c in "$CC32" ${CLANG:+"$CLANG --target=arm-linux-gnueabihf"}; do
+    cn=$(echo "$c" | tr ' =' '__' | sed 's|.*/||')
+    o="$B/$cn-32"
+    run "$c -std=c11 32-bit armhf two TUs" \
+      "$c -std=c11 -O2 $W -I. -c $M/impl.c -o $o-impl.o && \
+       $c -std=c11 -O2 $W -I. -c $M/user.c -o $o-user.o && \
+       $CC32 -static -o $o $o-impl.o $o-user.o -pthread && $QEMU32 $o"
+    run "$c -std=c11 32-bit armhf KVIDX_NO_MALLOC KVIDX_NO_THREADS" \
+      "$c -std=c11 -O2 $W -I. -DKVIDX_NO_MALLOC -DKVIDX_NO_THREADS -c $M/nomalloc.c -o $o-nm.o"
+  done
+fi
+
+# tcc: single-threaded only (no <stdatomic.h>): builds and passes the core tests
+if [ -n "$TCC" ]; then
+  run "tcc KVIDX_NO_THREADS: core tests" \
+    "$TCC -std=c11 -Wall -Werror -I. -DKVIDX_NO_THREADS -o $B/tcc-core tests/test_core.c tests/test_impl.c && \
+     $B/tcc-core $VECTORS"
+  run "tcc KVIDX_NO_THREADS two TUs" \
+    "$TCC -std=c11 -Wall -Werror -I. -DKVIDX_NO_THREADS -o $B/tcc-2tu $M/impl.c $M/user.c && $B/tcc-2tu"
+  must_fail "tcc with threads: one clear #error" "has no <stdatomic.h>" \
+    "$TCC -std=c11 -I. -c $M/impl.c -o $B/tcc-thr.o"
+fi
 
 [ -n "$failed" ] && echo "matrix: failed:$failed"
 echo "matrix: $ok ok, $bad failed"

@@ -7,7 +7,7 @@
 #include "kvidx.h"
 
 static int kvidx_matrix_smoke(void) {
-  /* ../shared/vectors: "counting 0..99, block 16" */
+  /* tests/dynamo_hash_vectors.json: "counting 0..99, block 16" */
   static const uint64_t want_local0 = 15310707395893867146ull;
   static const uint64_t want_seq1 = 13769157705258532664ull;
   static unsigned char buf[1u << 20];
