@@ -970,7 +970,9 @@ KVIDX__PRIV int kvidx__grow_reserve(kvidx *ix, kvidx__grow *g, uint64_t need) {
     if (k >= KVIDX__SEGS || g->cap + elems > KVIDX__ID_LIMIT) return KVIDX_EFULL;
     p = KVIDX__CAST(unsigned char *, kvidx__alloc(ix, KVIDX__CAST(size_t, elems * g->es)));
     if (!p) return kvidx__oom(ix);
-    memset(p, 0, KVIDX__CAST(size_t, elems * g->es));
+    /* not zeroed: nothing reads an element before it is written (ids and word
+     * indices a reader can hold were published after their contents), and
+     * touching every page here would stall this one call */
     kvidx__st_rel(&g->seg[k], p);
     g->nseg++;
     g->cap += elems;
@@ -1266,6 +1268,18 @@ KVIDX__PRIV void kvidx__sift(kvidx__sink *k, size_t i) {
   }
 }
 
+/* Store a score at place i (a plain copy for the common kvidx_score). */
+KVIDX__PRIV void kvidx__sink_put(kvidx__sink *k, size_t i, const kvidx_tier_score *sc) {
+  if (k->esz == sizeof(kvidx_score)) {
+    kvidx_score *d = KVIDX__SC(k, i);
+    d->worker_id = sc->worker_id;
+    d->dp_rank = sc->dp_rank;
+    d->depth = sc->depth;
+  } else {
+    memcpy(KVIDX__SC(k, i), sc, k->esz);
+  }
+}
+
 KVIDX__PRIV void kvidx__sink_push(kvidx__sink *k, uint64_t id, uint32_t rank, size_t depth, uint32_t dev) {
   kvidx_tier_score sc;
   k->total++;
@@ -1276,8 +1290,7 @@ KVIDX__PRIV void kvidx__sink_push(kvidx__sink *k, uint64_t id, uint32_t rank, si
   sc.depth = depth > 0xFFFFFFFFu ? 0xFFFFFFFFu : KVIDX__CAST(uint32_t, depth);
   sc.device_blocks = dev;
   if (k->n < k->cap) {
-    memcpy(KVIDX__SC(k, k->n), &sc, k->esz);
-    k->n++;
+    kvidx__sink_put(k, k->n++, &sc);
     return;
   }
   if (!k->heap) {
@@ -1286,19 +1299,61 @@ KVIDX__PRIV void kvidx__sink_push(kvidx__sink *k, uint64_t id, uint32_t rank, si
     k->heap = 1;
   }
   if (kvidx__score_before(KVIDX__RCAST(kvidx_score *, &sc), KVIDX__SC(k, 0))) {
-    memcpy(KVIDX__SC(k, 0), &sc, k->esz);
+    kvidx__sink_put(k, 0, &sc);
     kvidx__sift(k, 0);
   }
 }
 
-KVIDX__PRIV size_t kvidx__sink_finish(kvidx__sink *k) {
-  if (k->n > 16) {
-    qsort(k->out, k->n, k->esz, kvidx__score_cmp);
-  } else { /* a few scores: insertion sort beats qsort's indirection */
-    size_t i, j;
-    for (i = 1; i < k->n; i++)
-      for (j = i; j > 0 && kvidx__score_before(KVIDX__SC(k, j), KVIDX__SC(k, j - 1)); j--) kvidx__sink_swap(k, j, j - 1);
+/* Sort plain scores: insertion sort for a few, else a bottom-up merge sort
+ * through a stack buffer (up to 512), else a heap sort: no qsort callbacks
+ * on the query path (a fleet of 256 workers sorts hundreds per query). */
+#define KVIDX__SORT_BUF 512
+KVIDX__PRIV void kvidx__score_sort(kvidx_score *a, size_t n) {
+  kvidx_score buf[KVIDX__SORT_BUF], t, *src = a, *dst = buf, *sw;
+  size_t i, j, w;
+  if (n <= 16) {
+    for (i = 1; i < n; i++) {
+      t = a[i];
+      for (j = i; j > 0 && kvidx__score_before(&t, &a[j - 1]); j--) a[j] = a[j - 1];
+      a[j] = t;
+    }
+    return;
   }
+  if (n > KVIDX__SORT_BUF) { /* heap sort: max-heap on "sorts last" */
+    size_t end;
+    for (i = n / 2; i-- > 0;)
+      for (j = i; 2 * j + 1 < n;) {
+        size_t c = 2 * j + 1;
+        if (c + 1 < n && kvidx__score_before(&a[c], &a[c + 1])) c++;
+        if (!kvidx__score_before(&a[j], &a[c])) break;
+        t = a[j], a[j] = a[c], a[c] = t, j = c;
+      }
+    for (end = n - 1; end > 0; end--) {
+      t = a[0], a[0] = a[end], a[end] = t;
+      for (j = 0; 2 * j + 1 < end;) {
+        size_t c = 2 * j + 1;
+        if (c + 1 < end && kvidx__score_before(&a[c], &a[c + 1])) c++;
+        if (!kvidx__score_before(&a[j], &a[c])) break;
+        t = a[j], a[j] = a[c], a[c] = t, j = c;
+      }
+    }
+    return;
+  }
+  for (w = 1; w < n; w *= 2) {
+    for (i = 0; i < n; i += 2 * w) {
+      size_t l = i, m = i + w < n ? i + w : n, r = i + 2 * w < n ? i + 2 * w : n, o = i, x = l, y = m;
+      while (x < m && y < r) dst[o++] = kvidx__score_before(&src[y], &src[x]) ? src[y++] : src[x++];
+      while (x < m) dst[o++] = src[x++];
+      while (y < r) dst[o++] = src[y++];
+    }
+    sw = src, src = dst, dst = sw;
+  }
+  if (src != a) memcpy(a, src, n * sizeof *a);
+}
+
+KVIDX__PRIV size_t kvidx__sink_finish(kvidx__sink *k) {
+  if (k->esz == sizeof(kvidx_score)) kvidx__score_sort(KVIDX__SC(k, 0), k->n);
+  else if (k->n > 1) qsort(k->out, k->n, k->esz, kvidx__score_cmp);
   return k->total;
 }
 
@@ -1451,6 +1506,7 @@ KVIDX__PRIV uint32_t kvidx__run_new(kvidx *ix, uint32_t parent, uint32_t poff, u
     ix->run_free = kvidx__run_at(ix, r)->next_free;
   } else {
     r = ix->runs_hw++;
+    kvidx__st(&kvidx__run_at(ix, r)->ver, 0u); /* fresh memory: the seqlock starts even */
   }
   rn = kvidx__run_at(ix, r);
   kvidx__st(kvidx__word(ix, li), local);
@@ -1665,11 +1721,14 @@ KVIDX__PRIV int kvidx__position_add(kvidx *ix, uint32_t s, uint32_t r, uint32_t 
 }
 
 /* One seq of worker s at (r, off) goes (gone = 1) or loses its device copy
- * (gone = 0, dev = 1). */
-KVIDX__PRIV void kvidx__position_sub(kvidx *ix, uint32_t s, uint32_t r, uint32_t off, int dev, int gone) {
-  uint32_t at = kvidx__hold_find(ix, s, r);
+ * (gone = 0, dev = 1).  With a cache (removals) consecutive blocks of one run
+ * find the holding once and publish its holder entry once. */
+KVIDX__PRIV void kvidx__position_sub(kvidx *ix, uint32_t s, uint32_t r, uint32_t off, int dev, int gone,
+                                     kvidx__hcache *hc) {
+  uint32_t at = hc && hc->run == r ? hc->at : kvidx__hold_find(ix, s, r);
   uint64_t bit = KVIDX__CAST(uint64_t, 1) << off;
   KVIDX__A(uint64_t) *h = kvidx__map_at(&ix->holds, at);
+  if (hc && hc->run != r) kvidx__hcache_flush(ix, hc); /* before any holding is deleted (entries shift) */
   if (kvidx__ld(&h[KVIDX__H_MULTI]) & bit) {
     uint32_t m = kvidx__multi_find(ix, s, r, off);
     uint64_t c = kvidx__ld(&kvidx__map_at(&ix->multi, m)[2]) - (gone ? 1u : 0u) -
@@ -1686,10 +1745,16 @@ KVIDX__PRIV void kvidx__position_sub(kvidx *ix, uint32_t s, uint32_t r, uint32_t
     if (gone) kvidx__st(&h[KVIDX__H_HELD], kvidx__ld(&h[KVIDX__H_HELD]) & ~bit);
   }
   if (!kvidx__ld(&h[KVIDX__H_HELD])) {
+    if (hc) hc->run = KVIDX__NONE;
     kvidx__hold_drop(ix, s, r, at);
     return;
   }
-  kvidx__holder_set(ix, r, h);
+  if (hc) { /* published when the caller moves on */
+    hc->run = r;
+    hc->at = at;
+  } else {
+    kvidx__holder_set(ix, r, h);
+  }
 }
 
 /* A held seq gains a device copy. */
@@ -1831,14 +1896,17 @@ KVIDX__PRIV void kvidx__heap_push(kvidx *ix, uint32_t s, uint64_t seq, uint64_t 
 KVIDX__PRIV uint32_t kvidx__seq_words(const kvidx *ix) { return ix->evict ? 4u : 2u; }
 
 /* Worker s lets go of the seq entry at `at` (every tier). */
-KVIDX__PRIV void kvidx__unhold(kvidx *ix, uint32_t s, uint32_t at) {
+KVIDX__PRIV void kvidx__unhold_cached(kvidx *ix, uint32_t s, uint32_t at, kvidx__hcache *hc) {
   kvidx__slot *sl = &ix->slots[s];
   uint64_t pos = kvidx__ld(&kvidx__map_at(&sl->seqs, at)[1]);
   kvidx__map_delete(ix, &sl->seqs, at);
   sl->blocks--;
   ix->blocks--;
-  kvidx__position_sub(ix, s, KVIDX__POS_RUN(pos), KVIDX__POS_OFF(pos), (KVIDX__POS_TIERS(pos) & KVIDX__DEVBIT) != 0, 1);
+  kvidx__position_sub(ix, s, KVIDX__POS_RUN(pos), KVIDX__POS_OFF(pos), (KVIDX__POS_TIERS(pos) & KVIDX__DEVBIT) != 0, 1,
+                      hc);
 }
+
+KVIDX__PRIV void kvidx__unhold(kvidx *ix, uint32_t s, uint32_t at) { kvidx__unhold_cached(ix, s, at, NULL); }
 
 KVIDX__PRIV void kvidx__clear_slot(kvidx *ix, uint32_t s) {
   kvidx__slot *sl = &ix->slots[s];
@@ -2053,6 +2121,8 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
 KVIDX__PRIV int kvidx__ix_remove(kvidx *ix, uint64_t id, uint32_t rank, const uint64_t *seq, size_t n, int tier) {
   uint32_t s = kvidx__slot_find(ix, id, rank);
   size_t i, unknown = 0;
+  kvidx__hcache hc;
+  hc.run = hc.at = KVIDX__NONE;
   for (i = 0; s != KVIDX__NONE && i < n && i < KVIDX__AHEAD; i++)
     kvidx__map_prefetch(&ix->slots[s].seqs, kvidx__key_hash(ix->seed, &seq[i], 1));
   for (i = 0; i < n; i++) {
@@ -2073,12 +2143,13 @@ KVIDX__PRIV int kvidx__ix_remove(kvidx *ix, uint64_t id, uint32_t rank, const ui
     if (!(tiers & tb)) {
       unknown++; /* no copy on that tier */
     } else if (tiers == tb) {
-      kvidx__unhold(ix, s, at);
+      kvidx__unhold_cached(ix, s, at, &hc);
     } else { /* another tier's copy stays */
       kvidx__st(&e[1], pos & ~KVIDX__CAST(uint64_t, tb));
-      if (tb & KVIDX__DEVBIT) kvidx__position_sub(ix, s, KVIDX__POS_RUN(pos), KVIDX__POS_OFF(pos), 1, 0);
+      if (tb & KVIDX__DEVBIT) kvidx__position_sub(ix, s, KVIDX__POS_RUN(pos), KVIDX__POS_OFF(pos), 1, 0, &hc);
     }
   }
+  kvidx__hcache_flush(ix, &hc);
   if (s != KVIDX__NONE && !ix->slots[s].blocks) kvidx__slot_release(ix, s);
   return unknown ? KVIDX_ENOENT : KVIDX_OK;
 }
