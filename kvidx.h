@@ -1949,32 +1949,49 @@ KVIDX__PRIV void kvidx__prune(kvidx *ix, size_t limit, uint32_t ps, const uint64
 
 /* Where block `local` goes after position (r, off) of worker s's store:
  * along the run, into a child run, appended to the run's end, or a new run. */
-KVIDX__PRIV int kvidx__advance(kvidx *ix, uint32_t *r, uint32_t *off, uint64_t local, size_t hint) {
-  uint32_t c, len = 0, kids = 1;
-  if (*r != KVIDX__NONE) {
-    kvidx__run *rn = kvidx__run_at(ix, *r);
-    len = KVIDX__LEN(kvidx__ld(&rn->shape));
-    kids = kvidx__ld(&rn->kids);
-    if (*off + 1 < len && kvidx__local_at(ix, rn, *off + 1) == local) {
-      ++*off;
-      return KVIDX_OK;
-    }
+/* A store's position, with what it needs of its run at hand: consecutive
+ * blocks of one run look nothing up again. */
+typedef struct {
+  uint32_t r, off, len, kids;
+  KVIDX__A(uint64_t) *lw; /* the run's locals */
+} kvidx__cursor;
+
+KVIDX__PRIV void kvidx__cursor_at(const kvidx *ix, kvidx__cursor *c, uint32_t r, uint32_t off) {
+  c->r = r;
+  c->off = off;
+  if (r == KVIDX__NONE) { /* the root: its children are root runs */
+    c->len = 0;
+    c->kids = 1;
+    c->lw = NULL;
+  } else {
+    kvidx__run *rn = kvidx__run_at(ix, r);
+    c->len = KVIDX__LEN(kvidx__ld(&rn->shape));
+    c->kids = kvidx__ld(&rn->kids);
+    c->lw = kvidx__word(ix, kvidx__ld(&rn->locals));
   }
-  if (kids && (c = kvidx__child_find(ix, *r, *off, local)) != KVIDX__NONE) {
-    *r = c;
-    *off = 0;
+}
+
+KVIDX__PRIV int kvidx__advance(kvidx *ix, kvidx__cursor *c, uint64_t local, size_t hint) {
+  uint32_t ch;
+  if (c->off + 1 < c->len && kvidx__ld(&c->lw[c->off + 1]) == local) {
+    c->off++;
+    return KVIDX_OK;
+  }
+  if (c->kids && (ch = kvidx__child_find(ix, c->r, c->off, local)) != KVIDX__NONE) {
+    kvidx__cursor_at(ix, c, ch, 0);
     return KVIDX_OK;
   }
   if (ix->entries >= ix->max_entries) return KVIDX_EFULL;
-  if (*r != KVIDX__NONE && *off + 1 == len && len < KVIDX__RUN_MAX) {
+  if (c->r != KVIDX__NONE && c->off + 1 == c->len && c->len < KVIDX__RUN_MAX) {
     /* the run's end: grow it in place (holders' cutoffs stay as they are) */
-    if (!kvidx__run_append(ix, *r, local)) return kvidx__oom(ix);
-    ++*off;
+    if (!kvidx__run_append(ix, c->r, local)) return kvidx__oom(ix);
+    c->len++;
+    c->off++;
+    c->lw = kvidx__word(ix, kvidx__ld(&kvidx__run_at(ix, c->r)->locals)); /* the chunk may have moved */
     return KVIDX_OK;
   }
-  if ((c = kvidx__run_new(ix, *r, *off, local, hint)) == KVIDX__NONE) return kvidx__oom(ix);
-  *r = c;
-  *off = 0;
+  if ((ch = kvidx__run_new(ix, c->r, c->off, local, hint)) == KVIDX__NONE) return kvidx__oom(ix);
+  kvidx__cursor_at(ix, c, ch, 0);
   return KVIDX_OK;
 }
 
@@ -2007,6 +2024,7 @@ KVIDX__PRIV size_t kvidx__fresh_seqs(kvidx *ix, uint32_t s, const kvidx_block *b
 KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uint64_t *parent, const kvidx_block *b,
                                 size_t n, int tier, uint64_t expires) {
   uint32_t s = kvidx__slot_find(ix, id, rank), r = KVIDX__NONE, off = 0, tbit = 1u << tier;
+  kvidx__cursor cur;
   uint64_t stamp = ++ix->stamp;
   uint64_t added_small[16], *added = added_small;
   kvidx__hcache hc;
@@ -2062,6 +2080,7 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
   }
   memset(added, 0, (n + 63) / 64 * 8);
   hc.run = hc.at = KVIDX__NONE;
+  kvidx__cursor_at(ix, &cur, r, off);
   for (i = 0; i < n && i < KVIDX__AHEAD; i++)
     kvidx__map_prefetch(&sl->seqs, homes[i] = kvidx__key_hash(ix->seed, &b[i].seq, 1));
   for (i = 0; i < n; i++) { /* pass 1: new blocks; held ones are left as they are */
@@ -2072,16 +2091,17 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
     at = kvidx__map_slot(&sl->seqs, &b[i].seq, h, &free_at);
     if (at != KVIDX__NONE) { /* the run goes on from the held block */
       uint64_t pos = kvidx__ld(&kvidx__map_at(&sl->seqs, at)[1]);
-      r = KVIDX__POS_RUN(pos);
-      off = KVIDX__POS_OFF(pos);
+      kvidx__cursor_at(ix, &cur, KVIDX__POS_RUN(pos), KVIDX__POS_OFF(pos));
       saw_held = 1;
       continue;
     }
-    if ((rc = kvidx__advance(ix, &r, &off, b[i].local, n - i)) != KVIDX_OK ||
-        (rc = kvidx__position_add(ix, s, r, off, tier == KVIDX_TIER_DEVICE, &hc)) != KVIDX_OK) {
-      kvidx__run_release(ix, r); /* a run made for this block and left empty */
+    if ((rc = kvidx__advance(ix, &cur, b[i].local, n - i)) != KVIDX_OK ||
+        (rc = kvidx__position_add(ix, s, cur.r, cur.off, tier == KVIDX_TIER_DEVICE, &hc)) != KVIDX_OK) {
+      kvidx__run_release(ix, cur.r); /* a run made for this block and left empty */
       break;
     }
+    r = cur.r;
+    off = cur.off;
     e[0] = b[i].seq;
     e[1] = KVIDX__POS(r, off, tbit);
     if (ix->evict) {
