@@ -122,11 +122,17 @@ test-events-gcc-asan: $(BUILD)/test_events_asan
 test-events-clang: $(BUILD)/test_events_clang
 	$(BUILD)/test_events_clang
 
+# hostile snapshot streams: work and memory bounded by the stream's length
+$(BUILD)/test_snapshot_bounds: tests/test_snapshot_bounds.c tests/test_impl.c $(TEST_HDRS) | deps
+	$(CC) $(CFLAGS_BASE) -O1 $(SAN) -o $@ tests/test_snapshot_bounds.c tests/test_impl.c
+test-snapshot-bounds: $(BUILD)/test_snapshot_bounds
+	$(BUILD)/test_snapshot_bounds
+
 # the README's API reference lists every public function of the header
 test-api-docs:
 	sh tests/check_api_docs.sh kvidx.h README.md
 
-CORE_PARTS := test-core-gcc test-core-gcc-asan test-compile test-interleave test-events-gcc-asan test-api-docs
+CORE_PARTS := test-core-gcc test-core-gcc-asan test-compile test-interleave test-events-gcc-asan test-snapshot-bounds test-api-docs
 ifneq ($(CLANG),)
 CORE_PARTS += test-core-clang test-core-clang-asan test-threads-tsan test-events-clang
 endif
