@@ -47,6 +47,7 @@ $(BUILD)/.deps:
 -include bench/bench.mk
 -include fuzz/fuzz.mk
 -include examples/examples.mk
+-include fuzz/coverage.mk
 
 # ---- core tests ------------------------------------------------------------
 TEST_SRCS := tests/test_core.c tests/test_impl.c
