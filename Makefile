@@ -129,6 +129,15 @@ $(BUILD)/test_snapshot_bounds: tests/test_snapshot_bounds.c tests/test_impl.c $(
 test-snapshot-bounds: $(BUILD)/test_snapshot_bounds
 	$(BUILD)/test_snapshot_bounds
 
+# hostile prompts: thousands of blocks with colliding table keys; stores and
+# queries exact, no reader give-up.  Not in CORE_PARTS yet: it fails on the
+# unkeyed table (readers give up after ~1 s: KVIDX_EAGAIN); the keyed table
+# of the storage rewrite is meant to pass it.
+$(BUILD)/test_hostile_prompts: tests/test_hostile_prompts.c tests/test_impl.c $(TEST_HDRS) | deps
+	$(CC) $(CFLAGS_BASE) -O1 $(SAN) -o $@ tests/test_hostile_prompts.c tests/test_impl.c
+test-hostile-prompts: $(BUILD)/test_hostile_prompts
+	$(BUILD)/test_hostile_prompts
+
 # the README's API reference lists every public function of the header
 test-api-docs:
 	sh tests/check_api_docs.sh kvidx.h README.md
