@@ -23,7 +23,7 @@ DEB_OPT_PKGS := hyperfine
 
 TEST_PARTS :=
 
-.PHONY: all deps test demo install clean stress test-interleave test-threads-tsan test-compile
+.PHONY: all deps test demo install clean stress soak test-interleave test-threads-tsan test-compile test-soak-short test-snapshot-bounds test-hostile-prompts
 
 all: $(BUILD)/test_core
 
@@ -138,11 +138,25 @@ $(BUILD)/test_hostile_prompts: tests/test_hostile_prompts.c tests/test_impl.c $(
 test-hostile-prompts: $(BUILD)/test_hostile_prompts
 	$(BUILD)/test_hostile_prompts
 
+# soak: writers (store, remove, clear, eviction, TTL expiry) and readers on
+# a growing / shrinking index, snapshots restored mid-run (tests/soak.c).
+# `make soak SOAK_SECONDS=600 [SOAK_WRITERS=2 SOAK_READERS=2]`; a 10 s run is
+# part of `make test`.
+SOAK_SECONDS ?= 600
+SOAK_WRITERS ?= 2
+SOAK_READERS ?= 2
+$(BUILD)/soak: tests/soak.c kvidx.h | deps
+	$(CC) $(CFLAGS_BASE) -O1 $(SAN) -o $@ tests/soak.c $(PTHREAD)
+soak: $(BUILD)/soak
+	$(BUILD)/soak $(SOAK_SECONDS) $(SOAK_WRITERS) $(SOAK_READERS)
+test-soak-short: $(BUILD)/soak
+	$(BUILD)/soak 10 2 2
+
 # the README's API reference lists every public function of the header
 test-api-docs:
 	sh tests/check_api_docs.sh kvidx.h README.md
 
-CORE_PARTS := test-core-gcc test-core-gcc-asan test-compile test-interleave test-events-gcc-asan test-snapshot-bounds test-api-docs
+CORE_PARTS := test-core-gcc test-core-gcc-asan test-compile test-interleave test-events-gcc-asan test-snapshot-bounds test-soak-short test-api-docs
 ifneq ($(CLANG),)
 CORE_PARTS += test-core-clang test-core-clang-asan test-threads-tsan test-events-clang
 endif
