@@ -18,10 +18,11 @@ COV_FLAGS    := -std=c11 $(WARN) -O0 -g -I. -fprofile-instr-generate -fcoverage-
 COV_DEB_PKGS := llvm-14 clang-14
 
 # test binaries: name -> sources, and how each runs (ARGS)
-COV_TESTS := test_core test_events test_snapshot_bounds test_interleave test_threads
+COV_TESTS := test_core test_events test_snapshot_bounds test_edges test_interleave test_threads
 cov_test_core_SRCS            := tests/test_core.c tests/test_impl.c
 cov_test_events_SRCS          := tests/test_events.c tests/test_impl.c
 cov_test_snapshot_bounds_SRCS := tests/test_snapshot_bounds.c tests/test_impl.c
+cov_test_edges_SRCS           := tests/test_edges.c tests/test_impl.c
 cov_test_interleave_SRCS      := tests/test_interleave.c
 cov_test_threads_SRCS         := tests/test_threads.c
 cov_test_core_ARGS            := $(VECTORS)
@@ -46,7 +47,7 @@ $(COV_DIR)/.deps:
 	@test -x $(COV_PROFDATA) -a -x $(COV_COV) -a -x $(COV_CC) || { echo "coverage-deps: llvm-14 tools not found in $(COV_LLVM)"; exit 1; }
 	@touch $@
 
-$(COV_DIR)/bin/%: $(TEST_HDRS) tests/test_snapshot_bounds.c | deps coverage-deps
+$(COV_DIR)/bin/%: $(TEST_HDRS) $(wildcard tests/*.c) | deps coverage-deps
 	@mkdir -p $(COV_DIR)/bin
 	$(COV_CC) $(COV_FLAGS) -o $@ $(cov_$*_SRCS) $(PTHREAD)
 
