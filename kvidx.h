@@ -426,7 +426,9 @@ KVIDX_API size_t kvidx_find_matches_tiered(const kvidx *ix, const uint64_t *loca
  * other value stops the dump with KVIDX_EIO.  Allocates scratch through the
  * hooks (KVIDX_ENOTSUP in caller-buffer mode and for KVIDX_REFERENCE).
  * kvidx_snapshot_write / _read: the same content as a binary stream
- * (versioned header, little endian, XXH3 checksum) plus each worker's last
+ * (versioned header with record count and length, little endian, XXH3-
+ * checksummed chunks checked before they are applied: a stream's work and
+ * memory are proportional to its length) plus each worker's last
  * event id and its generation, through caller callbacks.  read needs an empty target index; on
  * any error (KVIDX_ECORRUPT, KVIDX_EVERSION, KVIDX_ETRUNCATED, KVIDX_EIO, or
  * the target refusing a block) the target is left empty and valid.
@@ -3356,27 +3358,47 @@ KVIDX_DEF int kvidx_dump(const kvidx *cix, kvidx_event_fn emit, void *ctx) {
 }
 
 /* ---- binary snapshot --------------------------------------------------------
- * header (24 bytes): "KVIDXSNP", u32 version = 1, u32 record size = 48,
- *                    u64 reserved = 0
- * records (48 bytes each, little endian):
+ * records (48 bytes each, little endian), both versions:
  *   u8 type, u8 tier, u8 has_parent, u8 0, u32 dp_rank, u64 worker_id,
  *   u64 a, u64 b, u64 c, u64 d
  *   type 1 Stored block: a parent seq, b local, c seq, d expires_at
  *   type 2 Removed:      a seq (tier 255 = every copy)
- *   type 3 event id:     a last event id, b its generation (0 in snapshots
- *                        written before generations existed)
- *   type 255 end:        a number of records before it, d XXH3-64 (seed 0)
- *                        of every byte before d
+ *   type 3 event id:     a last event id, b the stream's generation (read
+ *                        back as is; not checked)
+ * Version 2 (written): everything is verified before it is applied, and a
+ * stream of L bytes costs O(L) work and memory.
+ *   header (48 bytes): "KVIDXSNP", u32 version = 2, u32 record size = 48,
+ *     u64 record count N, u64 stream length L = 48 + 48 N + 8 ceil(N / 64),
+ *     u32 records per chunk = 64, u32 0, u64 XXH3-64 (seed 0) of the 40
+ *     bytes before it
+ *   then ceil(N / 64) chunks: 64 records (the last one the rest), then
+ *     u64 XXH3-64 of those records seeded with the previous checksum (the
+ *     header's for the first), so chunks cannot be dropped, reordered or
+ *     spliced in from another stream.
+ *   The reader checks the header, then reads each chunk into a fixed
+ *   3 KiB buffer and applies it only once its checksum matched; it reads
+ *   exactly L bytes (nothing after them).
+ * Version 1 (read only): header (24 bytes) "KVIDXSNP", u32 1, u32 48, u64 0;
+ *   records; type 255 end record: a number of records before it, d XXH3-64
+ *   (seed 0) of every byte before d.  Its records can only be checked at
+ *   the end, so they are applied as read: each 48-byte record costs at most
+ *   one single-block store, removal or event id (work and memory O(bytes
+ *   read)), and a bad checksum at the end empties the target again.
  * Unknown types, flags or a short read fail the whole read. */
-#define KVIDX__SNAP_VERSION 1u
+#define KVIDX__SNAP_VERSION 2u
 #define KVIDX__SNAP_REC 48
+#define KVIDX__SNAP_HDR 48
+#define KVIDX__SNAP_CHUNK 64 /* records per checksummed chunk */
 
 typedef struct {
   kvidx_write_fn write;
   void *ctx;
-  XXH3_state_t st;
-  uint64_t count;
+  int counting;   /* first pass: only count the records */
   int failed;
+  uint64_t count; /* records so far */
+  uint64_t seed;  /* the previous checksum */
+  size_t nbuf;    /* records in buf */
+  unsigned char buf[KVIDX__SNAP_CHUNK * KVIDX__SNAP_REC + 8];
 } kvidx__snapw;
 
 KVIDX__PRIV void kvidx__put64(unsigned char *p, uint64_t v) { kvidx__le64(p, v); }
@@ -3391,10 +3413,15 @@ KVIDX__PRIV uint64_t kvidx__get64(const unsigned char *p) {
   return v;
 }
 
-KVIDX__PRIV int kvidx__snap_out(kvidx__snapw *w, const unsigned char *buf, size_t len) {
+/* Writes the buffered records as one chunk with its chained checksum. */
+KVIDX__PRIV int kvidx__snap_flush(kvidx__snapw *w) {
+  size_t len = w->nbuf * KVIDX__SNAP_REC;
   if (w->failed) return KVIDX_EIO;
-  XXH3_64bits_update(&w->st, buf, len);
-  if (w->write(w->ctx, buf, len)) w->failed = 1;
+  if (!w->nbuf) return KVIDX_OK;
+  w->seed = XXH3_64bits_withSeed(w->buf, len, w->seed);
+  kvidx__put64(w->buf + len, w->seed);
+  if (w->write(w->ctx, w->buf, len + 8)) w->failed = 1;
+  w->nbuf = 0;
   return w->failed ? KVIDX_EIO : KVIDX_OK;
 }
 
@@ -3415,56 +3442,75 @@ KVIDX__PRIV void kvidx__snap_rec(unsigned char *r, int type, int tier, int has_p
   kvidx__put64(r + 40, d);
 }
 
+/* One record: counted (first pass) or added to the chunk being built. */
+KVIDX__PRIV int kvidx__snap_add(kvidx__snapw *w, int type, int tier, int has_parent, uint32_t rank, uint64_t worker,
+                                uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
+  w->count++;
+  if (w->counting) return KVIDX_OK;
+  kvidx__snap_rec(w->buf + w->nbuf * KVIDX__SNAP_REC, type, tier, has_parent, rank, worker, a, b, c, d);
+  return ++w->nbuf == KVIDX__SNAP_CHUNK ? kvidx__snap_flush(w) : KVIDX_OK;
+}
+
 KVIDX__PRIV int kvidx__snap_emit(void *ctx, const kvidx_event *ev) {
   kvidx__snapw *w = KVIDX__CAST(kvidx__snapw *, ctx);
-  unsigned char r[KVIDX__SNAP_REC];
   size_t i;
+  int rc;
   for (i = 0; i < ev->n; i++) {
     if (ev->type == KVIDX_EV_STORED)
-      kvidx__snap_rec(r, 1, ev->tier, ev->parent != NULL, ev->dp_rank, ev->worker_id, ev->parent ? *ev->parent : 0,
-                      ev->blocks[i].local, ev->blocks[i].seq, ev->expires_at);
+      rc = kvidx__snap_add(w, 1, ev->tier, ev->parent != NULL, ev->dp_rank, ev->worker_id, ev->parent ? *ev->parent : 0,
+                           ev->blocks[i].local, ev->blocks[i].seq, ev->expires_at);
     else
-      kvidx__snap_rec(r, 2, KVIDX_TIER_ALL, 0, ev->dp_rank, ev->worker_id, ev->seqs[i], 0, 0, 0);
-    if (kvidx__snap_out(w, r, KVIDX__SNAP_REC) != KVIDX_OK) return 1;
-    w->count++;
+      rc = kvidx__snap_add(w, 2, KVIDX_TIER_ALL, 0, ev->dp_rank, ev->worker_id, ev->seqs[i], 0, 0, 0);
+    if (rc != KVIDX_OK) return 1;
   }
   return 0;
+}
+
+/* Every record of the snapshot through w (the caller holds the lock). */
+KVIDX__PRIV int kvidx__snap_records(kvidx *ix, kvidx__snapw *w) {
+  uint32_t i;
+  int rc = kvidx__dump_locked(ix, kvidx__snap_emit, w);
+  for (i = 0; rc == KVIDX_OK && i <= ix->evtab_mask; i++) /* each worker's last event id */
+    if (ix->evtab[i].used) rc = kvidx__snap_add(w, 3, 0, 0, ix->evtab[i].rank, ix->evtab[i].id, ix->evtab[i].last, ix->evtab[i].gen, 0, 0);
+  if (rc != KVIDX_OK && w->failed) rc = KVIDX_EIO;
+  return rc;
 }
 
 KVIDX_DEF int kvidx_snapshot_write(const kvidx *cix, kvidx_write_fn write, void *ctx) {
   kvidx *ix = KVIDX__MUT(cix);
   kvidx__snapw w;
-  unsigned char h[24], r[KVIDX__SNAP_REC];
-  uint32_t i;
+  unsigned char h[KVIDX__SNAP_HDR];
+  uint64_t n;
   int rc;
   if (!ix || !write) return KVIDX_EINVAL;
   memset(&w, 0, sizeof w);
   w.write = write;
   w.ctx = ctx;
-  XXH3_INITSTATE(&w.st);
-  XXH3_64bits_reset(&w.st);
-  memset(h, 0, sizeof h);
-  memcpy(h, "KVIDXSNP", 8);
-  h[8] = KVIDX__SNAP_VERSION;
-  h[12] = KVIDX__SNAP_REC;
-  if ((rc = kvidx__snap_out(&w, h, sizeof h)) != KVIDX_OK) return rc;
   /* holdings and event ids from one moment: writers wait for the whole
-   * write (buffer in memory and flush afterwards if your sink is slow) */
+   * write (buffer in memory and flush afterwards if your sink is slow).
+   * Two passes over the same state, the first to count for the header. */
   kvidx__lock(ix);
-  rc = kvidx__dump_locked(ix, kvidx__snap_emit, &w);
-  for (i = 0; rc == KVIDX_OK && i <= ix->evtab_mask; i++) /* each worker's last event id */
-    if (ix->evtab[i].used) {
-      kvidx__snap_rec(r, 3, 0, 0, ix->evtab[i].rank, ix->evtab[i].id, ix->evtab[i].last, ix->evtab[i].gen, 0, 0);
-      rc = kvidx__snap_out(&w, r, KVIDX__SNAP_REC);
-      w.count++;
-    }
+  w.counting = 1;
+  rc = kvidx__snap_records(ix, &w);
+  n = w.count;
+  if (rc == KVIDX_OK) {
+    memset(h, 0, sizeof h);
+    memcpy(h, "KVIDXSNP", 8);
+    h[8] = KVIDX__SNAP_VERSION;
+    h[12] = KVIDX__SNAP_REC;
+    kvidx__put64(h + 16, n);
+    kvidx__put64(h + 24, KVIDX__SNAP_HDR + n * KVIDX__SNAP_REC + (n + KVIDX__SNAP_CHUNK - 1) / KVIDX__SNAP_CHUNK * 8);
+    h[32] = KVIDX__SNAP_CHUNK;
+    w.seed = XXH3_64bits_withSeed(h, 40, 0);
+    kvidx__put64(h + 40, w.seed);
+    w.counting = 0;
+    w.count = 0;
+    rc = write(ctx, h, sizeof h) ? KVIDX_EIO : kvidx__snap_records(ix, &w);
+  }
   kvidx__unlock(ix);
-  if (rc != KVIDX_OK) return w.failed ? KVIDX_EIO : rc;
-  kvidx__snap_rec(r, 255, 0, 0, 0, 0, w.count, 0, 0, 0);
-  XXH3_64bits_update(&w.st, r, 40);
-  kvidx__put64(r + 40, XXH3_64bits_digest(&w.st));
-  if (w.write(w.ctx, r, KVIDX__SNAP_REC)) return KVIDX_EIO;
-  return KVIDX_OK;
+  if (rc == KVIDX_OK) rc = kvidx__snap_flush(&w);
+  if (rc == KVIDX_OK && w.count != n) rc = KVIDX_EIO; /* cannot happen: the state was locked */
+  return rc;
 }
 
 /* Empty the index (every worker, every event id): a failed read's cleanup. */
@@ -3495,64 +3541,98 @@ KVIDX__PRIV size_t kvidx__read_full(kvidx_read_fn read, void *ctx, unsigned char
   return got;
 }
 
-KVIDX__PRIV int kvidx__snap_read_all(kvidx *ix, kvidx_read_fn read, void *ctx) {
-  unsigned char h[24], r[KVIDX__SNAP_REC];
+/* Applies one record (types 1-3) of either version. */
+KVIDX__PRIV int kvidx__snap_apply(kvidx *ix, const unsigned char *r) {
+  uint32_t rank = kvidx__get32(r + 4);
+  uint64_t worker = kvidx__get64(r + 8), a = kvidx__get64(r + 16), b = kvidx__get64(r + 24),
+           c = kvidx__get64(r + 32), d = kvidx__get64(r + 40);
+  int rc;
+  if (r[3]) return KVIDX_ECORRUPT;
+  if (r[0] == 1) {
+    kvidx_block blk;
+    if (r[1] > KVIDX_TIER_DISK || r[2] > 1 || (!r[2] && a) || (d && ix->evict != KVIDX_EVICT_EXPIRY))
+      return KVIDX_ECORRUPT;
+    blk.local = b;
+    blk.seq = c;
+    rc = kvidx__store(ix, worker, rank, r[2] ? &a : NULL, &blk, 1, r[1], d);
+    if (rc == KVIDX_ENOPARENT) return KVIDX_ECORRUPT; /* parents come first in a sound snapshot */
+    return rc;
+  }
+  if (r[0] == 2) {
+    if (r[1] != KVIDX_TIER_ALL || r[2] || b || c || d) return KVIDX_ECORRUPT;
+    return kvidx__remove(ix, worker, rank, &a, 1, KVIDX_TIER_ALL) != KVIDX_OK ? KVIDX_ECORRUPT : KVIDX_OK;
+  }
+  if (r[0] == 3) { /* b: the stream generation, kept readable as is */
+    kvidx__evid *e;
+    if (r[1] || r[2] || c || d || kvidx__ev_find(ix, worker, rank)) return KVIDX_ECORRUPT;
+    kvidx__lock(ix);
+    e = kvidx__ev_put(ix, worker, rank);
+    e->last = a;
+    e->gen = b;
+    kvidx__unlock(ix);
+    return KVIDX_OK;
+  }
+  return KVIDX_ECORRUPT;
+}
+
+/* Version 1: records applied as read, the checksum checked at the end. */
+KVIDX__PRIV int kvidx__snap_read_v1(kvidx *ix, kvidx_read_fn read, void *ctx, const unsigned char *h) {
+  unsigned char r[KVIDX__SNAP_REC];
   XXH3_state_t st;
   uint64_t count = 0;
+  int rc;
+  if (kvidx__get64(h + 16)) return KVIDX_ECORRUPT;
   XXH3_INITSTATE(&st);
   XXH3_64bits_reset(&st);
-  if (kvidx__read_full(read, ctx, h, sizeof h) != sizeof h) return KVIDX_ETRUNCATED;
-  if (memcmp(h, "KVIDXSNP", 8)) return KVIDX_ECORRUPT;
-  if (kvidx__get64(h + 8) != (KVIDX__SNAP_VERSION | (KVIDX__CAST(uint64_t, KVIDX__SNAP_REC) << 32)))
-    return kvidx__get32(h + 8) != KVIDX__SNAP_VERSION
-               ? KVIDX_EVERSION
-               : KVIDX_ECORRUPT;
-  if (kvidx__get64(h + 16)) return KVIDX_ECORRUPT;
-  XXH3_64bits_update(&st, h, sizeof h);
+  XXH3_64bits_update(&st, h, 24);
   for (;;) {
-    uint32_t rank;
-    uint64_t worker, a, b, c, d;
-    int rc;
     if (kvidx__read_full(read, ctx, r, sizeof r) != sizeof r) return KVIDX_ETRUNCATED;
-    rank = kvidx__get32(r + 4);
-    worker = kvidx__get64(r + 8);
-    a = kvidx__get64(r + 16);
-    b = kvidx__get64(r + 24);
-    c = kvidx__get64(r + 32);
-    d = kvidx__get64(r + 40);
     if (r[0] == 255) {
       XXH3_64bits_update(&st, r, 40);
-      if (a != count || d != XXH3_64bits_digest(&st) || r[1] || r[2] || r[3] || rank || worker || b || c)
+      if (kvidx__get64(r + 16) != count || kvidx__get64(r + 40) != XXH3_64bits_digest(&st) || r[1] || r[2] ||
+          r[3] || kvidx__get32(r + 4) || kvidx__get64(r + 8) || kvidx__get64(r + 24) || kvidx__get64(r + 32))
         return KVIDX_ECORRUPT;
       return KVIDX_OK;
     }
     XXH3_64bits_update(&st, r, sizeof r);
     count++;
-    if (r[3]) return KVIDX_ECORRUPT;
-    if (r[0] == 1) {
-      kvidx_block blk;
-      if (r[1] > KVIDX_TIER_DISK || r[2] > 1 || (!r[2] && a) || (d && ix->evict != KVIDX_EVICT_EXPIRY))
-        return KVIDX_ECORRUPT;
-      blk.local = b;
-      blk.seq = c;
-      rc = kvidx__store(ix, worker, rank, r[2] ? &a : NULL, &blk, 1, r[1], d);
-      if (rc == KVIDX_ENOPARENT) return KVIDX_ECORRUPT; /* parents come first in a sound snapshot */
-      if (rc != KVIDX_OK) return rc;
-    } else if (r[0] == 2) {
-      if (r[1] != KVIDX_TIER_ALL || r[2] || b || c || d) return KVIDX_ECORRUPT;
-      if (kvidx__remove(ix, worker, rank, &a, 1, KVIDX_TIER_ALL) != KVIDX_OK) return KVIDX_ECORRUPT;
-    } else if (r[0] == 3) {
-      kvidx__evid *e;
-      if (r[1] || r[2] || c || d || kvidx__ev_find(ix, worker, rank)) return KVIDX_ECORRUPT;
-      kvidx__lock(ix);
-      e = kvidx__ev_put(ix, worker, rank);
-      e->last = a;
-      e->gen = b;
-      kvidx__unlock(ix);
-    } else {
-      return KVIDX_ECORRUPT;
-    }
+    if ((rc = kvidx__snap_apply(ix, r)) != KVIDX_OK) return rc;
   }
+}
+
+/* Version 2: the header, then each chunk verified before it is applied. */
+KVIDX__PRIV int kvidx__snap_read_v2(kvidx *ix, kvidx_read_fn read, void *ctx, unsigned char *h) {
+  unsigned char buf[KVIDX__SNAP_CHUNK * KVIDX__SNAP_REC + 8];
+  uint64_t n, left, seed;
+  if (kvidx__read_full(read, ctx, h + 24, KVIDX__SNAP_HDR - 24) != KVIDX__SNAP_HDR - 24) return KVIDX_ETRUNCATED;
+  n = kvidx__get64(h + 16);
+  if (kvidx__get64(h + 40) != XXH3_64bits_withSeed(h, 40, 0) || kvidx__get32(h + 32) != KVIDX__SNAP_CHUNK ||
+      kvidx__get32(h + 36) || n > (~KVIDX__CAST(uint64_t, 0) - KVIDX__SNAP_HDR) / (KVIDX__SNAP_REC + 8) ||
+      kvidx__get64(h + 24) != KVIDX__SNAP_HDR + n * KVIDX__SNAP_REC + (n + KVIDX__SNAP_CHUNK - 1) / KVIDX__SNAP_CHUNK * 8)
+    return KVIDX_ECORRUPT;
+  seed = kvidx__get64(h + 40);
+  for (left = n; left;) {
+    size_t k = left < KVIDX__SNAP_CHUNK ? KVIDX__CAST(size_t, left) : KVIDX__SNAP_CHUNK, len = k * KVIDX__SNAP_REC, i;
+    int rc;
+    if (kvidx__read_full(read, ctx, buf, len + 8) != len + 8) return KVIDX_ETRUNCATED;
+    seed = XXH3_64bits_withSeed(buf, len, seed);
+    if (kvidx__get64(buf + len) != seed) return KVIDX_ECORRUPT;
+    for (i = 0; i < k; i++)
+      if ((rc = kvidx__snap_apply(ix, buf + i * KVIDX__SNAP_REC)) != KVIDX_OK) return rc;
+    left -= k;
+  }
+  return KVIDX_OK;
+}
+
+KVIDX__PRIV int kvidx__snap_read_all(kvidx *ix, kvidx_read_fn read, void *ctx) {
+  unsigned char h[KVIDX__SNAP_HDR];
+  uint32_t version;
+  if (kvidx__read_full(read, ctx, h, 24) != 24) return KVIDX_ETRUNCATED;
+  if (memcmp(h, "KVIDXSNP", 8)) return KVIDX_ECORRUPT;
+  version = kvidx__get32(h + 8);
+  if (version != 1 && version != 2) return KVIDX_EVERSION;
+  if (kvidx__get32(h + 12) != KVIDX__SNAP_REC) return KVIDX_ECORRUPT;
+  return version == 1 ? kvidx__snap_read_v1(ix, read, ctx, h) : kvidx__snap_read_v2(ix, read, ctx, h);
 }
 
 KVIDX_DEF int kvidx_snapshot_read(kvidx *ix, kvidx_read_fn read, void *ctx) {

@@ -20,12 +20,12 @@ FUZZ_TEST_SECONDS ?= 20
 # rm -rf build/fuzz after changing it
 FUZZ_DEFS         ?=
 FUZZ_DIR          := $(BUILD)/fuzz
-FUZZ_HDRS         := kvidx.h fuzz/fuzz_common.h
+FUZZ_HDRS         := kvidx.h fuzz/fuzz_common.h fuzz/model.h fuzz/model.c
 FUZZ_SAN_FLAGS    := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 
 # fuzz_hash carries its own copy of xxhash.h, so kvidx's implementation goes in
 # a separate translation unit for it.
-fuzz_ops_SRCS      := fuzz/fuzz_ops.c
+fuzz_ops_SRCS      := fuzz/fuzz_ops.c fuzz/model.c
 fuzz_capacity_SRCS := fuzz/fuzz_capacity.c
 fuzz_snapshot_SRCS := fuzz/fuzz_snapshot.c
 fuzz_interleave_SRCS := fuzz/fuzz_interleave.c
@@ -63,7 +63,7 @@ fuzz-replay: fuzz-build-replay
 
 # libFuzzer flags shared by both runs ($(1) is a shell word); -dict only when
 # fuzz/<t>.dict exists.
-fuzz_flags = -print_final_stats=1 -timeout=25 -rss_limit_mb=2048 -max_len=4096 \
+fuzz_flags = -print_final_stats=1 -timeout=25 -rss_limit_mb=2048 -max_len=$$(case $(1) in fuzz_ops) echo 1024;; *) echo 4096;; esac) \
   -artifact_prefix=$(FUZZ_DIR)/artifacts/$(1)- \
   $$(test -f fuzz/$(1).dict && echo -dict=fuzz/$(1).dict)
 

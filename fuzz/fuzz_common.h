@@ -323,7 +323,7 @@ static inline void fz_gen_op(fz_rd *r, const fz_shadow *s, fz_op *op, unsigned *
     op->bulk_distinct = (lb >> 5) & 3; /* 0 shared local, 1 own local, 2-3 staircase */
     if (op->bulk_distinct >= 2) {
       op->bulk_distinct = 2;
-      if (op->bulk_k > 400) op->bulk_k = 400;
+      if (op->bulk_k > 96) op->bulk_k = 96; /* ~3,000 holdings */
     }
     break;
   }
@@ -484,21 +484,28 @@ static inline void fz_sane_scores(const char *name, const kvidx_score *sc, size_
   }
 }
 
-/* Runs find_matches on a (with an exactly sized out buffer so overruns trap)
- * and returns the count; *out gets a malloc'd copy of the written scores. */
-static inline size_t fz_query(const kvidx *ix, const uint64_t *q, size_t qn, size_t cap,
-                       kvidx_score **out, size_t *nout) {
-  kvidx_score *buf = (kvidx_score *)malloc((cap ? cap : 1) * sizeof *buf);
-  if (!buf) abort();
-  if (!cap) memset(buf, 0xAB, sizeof *buf);
-  /* exact-size copy of the query too */
-  uint64_t *qq = (uint64_t *)malloc((qn ? qn : 1) * sizeof *qq);
-  if (!qq) abort();
-  if (qn) memcpy(qq, q, qn * sizeof *qq);
+/* Query and answer buffers: static, and each call places its data at the
+ * END of one (exactly qn / cap elements before the array's end), so ASan's
+ * redzone after a global catches any overrun, as an exact-size malloc
+ * would, without a malloc per query (ASan's quarantine made fresh pages, and
+ * their page faults, most of fuzz_ops' run time). */
+#define FZ_CAPALL (FZ_NW + FZ_BULK_MAX + 8) /* a cap enough for everyone */
+#define FZ_NBUF 3
+static kvidx_score fz_sbuf[FZ_NBUF][FZ_CAPALL];
+static uint64_t fz_qbuf[FZ_QMAX + 64];
+
+/* Runs find_matches on ix with answer buffer `slot` and returns the count;
+ * *out points at the written scores (min(count, cap) in *nout). */
+static inline size_t fz_query_slot(const kvidx *ix, int slot, const uint64_t *q, size_t qn, size_t cap,
+                                   kvidx_score **out, size_t *nout) {
+  if (cap > FZ_CAPALL || qn > FZ_QMAX + 64) FZ_FAIL("fz_query: cap %zu / qn %zu too large", cap, qn);
+  kvidx_score *buf = fz_sbuf[slot] + (FZ_CAPALL - cap);
+  uint64_t *qq = fz_qbuf + (FZ_QMAX + 64 - qn);
+  if (qn) memmove(qq, q, qn * sizeof *qq);
+  if (!cap) memset(fz_sbuf[slot] + FZ_CAPALL - 1, 0xAB, sizeof *buf);
   size_t m = kvidx_find_matches(ix, qq, qn, buf, cap);
-  free(qq);
   if (!cap) {
-    const unsigned char *c = (const unsigned char *)buf;
+    const unsigned char *c = (const unsigned char *)(fz_sbuf[slot] + FZ_CAPALL - 1);
     for (size_t i = 0; i < sizeof *buf; i++)
       if (c[i] != 0xAB) FZ_FAIL("find_matches wrote to out with cap 0");
   }
@@ -506,21 +513,22 @@ static inline size_t fz_query(const kvidx *ix, const uint64_t *q, size_t qn, siz
   *out = buf;
   return m;
 }
+static inline size_t fz_query(const kvidx *ix, const uint64_t *q, size_t qn, size_t cap, kvidx_score **out,
+                              size_t *nout) {
+  return fz_query_slot(ix, 0, q, qn, cap, out, nout);
+}
 
 /* Compares the answers of `a` (the oracle) and `b` for query q/cap. */
 static inline void fz_cmp_query(const kvidx *a, const char *an, const kvidx *b, const char *bn,
                          const uint64_t *q, size_t qn, size_t cap) {
   kvidx_score *sa, *sb;
   size_t na, nb;
-  size_t ma = fz_query(a, q, qn, cap, &sa, &na);
-  size_t mb = fz_query(b, q, qn, cap, &sb, &nb);
-  int bad = ma != mb || (na && memcmp(sa, sb, na * sizeof *sa) != 0);
-  if (!bad) {
-    for (size_t i = 0; i < na; i++)
-      if (sa[i].worker_id != sb[i].worker_id || sa[i].dp_rank != sb[i].dp_rank ||
-          sa[i].depth != sb[i].depth)
-        bad = 1;
-  }
+  size_t ma = fz_query_slot(a, 0, q, qn, cap, &sa, &na);
+  size_t mb = fz_query_slot(b, 1, q, qn, cap, &sb, &nb);
+  int bad = ma != mb;
+  for (size_t i = 0; i < na && !bad; i++)
+    if (sa[i].worker_id != sb[i].worker_id || sa[i].dp_rank != sb[i].dp_rank || sa[i].depth != sb[i].depth)
+      bad = 1;
   if (bad) {
     fprintf(stderr, "find_matches mismatch, cap=%zu: %s returned %zu, %s returned %zu\n", cap,
             an, ma, bn, mb);
@@ -531,8 +539,6 @@ static inline void fz_cmp_query(const kvidx *a, const char *an, const kvidx *b, 
   }
   fz_sane_scores(an, sa, na, qn);
   fz_sane_scores(bn, sb, nb, qn);
-  free(sa);
-  free(sb);
 }
 
 static inline void fz_cmp_worker_blocks(const kvidx *a, const char *an, const kvidx *b, const char *bn,
@@ -558,39 +564,61 @@ static inline void fz_check(const kvidx *ix, const char *name) {
   if (c != 0) FZ_FAIL("kvidx__check(%s) = %d", name, c);
 }
 
-/* Everything the shadow knows: every held entry's path as a query (plus
+/* Everything the shadow knows, as a sweep: every held entry's path as a
+ * query (at most ~FZ_SWEEP, a stride through each worker's entries;
  * truncations come for free: scores are per worker), worker_blocks of every
- * small worker and a sample of bulk workers, and the semantic stats. */
-static inline void fz_cmp_full(const fz_shadow *s, const kvidx *a, const char *an, const kvidx *b,
-                        const char *bn, unsigned bulk_hi) {
+ * small worker and a sample of bulk workers, single-block and staircase
+ * queries.  qf / wf compare one query / one worker_blocks across whatever
+ * the caller compares. */
+typedef void (*fz_query_fn)(void *ctx, const uint64_t *q, size_t n, size_t cap);
+typedef void (*fz_wb_fn)(void *ctx, uint64_t wid, uint32_t dp);
+static inline void fz_sweep(const fz_shadow *s, unsigned bulk_hi, fz_query_fn qf, fz_wb_fn wf, void *ctx) {
   static uint64_t q[FZ_QMAX];
-  /* at most ~FZ_SWEEP queries: a stride through each worker's entries */
   uint32_t total = 0;
   for (int w = 0; w < FZ_NW; w++) total += s->n_held[w];
   uint32_t stride = total / FZ_SWEEP + 1;
   for (int w = 0; w < FZ_NW; w++) {
-    fz_cmp_worker_blocks(a, an, b, bn, FZ_WID[w], FZ_WDP[w]);
+    wf(ctx, FZ_WID[w], FZ_WDP[w]);
     for (uint32_t i = (uint32_t)w % stride; i < s->n_held[w]; i += stride) {
       size_t n = fz_path(s, s->held[w][i].node, q, FZ_QMAX);
-      fz_cmp_query(a, an, b, bn, q, n, FZ_NW + FZ_BULK_MAX + 8);
+      qf(ctx, q, n, FZ_CAPALL);
     }
   }
-  for (unsigned i = 0; i < bulk_hi; i += 1 + i / 8)
-    fz_cmp_worker_blocks(a, an, b, bn, FZ_BULK_BASE + i, 0);
+  for (unsigned i = 0; i < bulk_hi; i += 1 + i / 8) wf(ctx, FZ_BULK_BASE + i, 0);
   for (int k = 0; k < 4; k++) {
     q[0] = FZ_ALPHA[k];
-    fz_cmp_query(a, an, b, bn, q, 1, FZ_NW + FZ_BULK_MAX + 8);
+    qf(ctx, q, 1, FZ_CAPALL);
   }
   for (unsigned i = 0; i < bulk_hi; i += 1 + i / 4) {
     q[0] = FZ_BULK_LOCAL + i;
-    fz_cmp_query(a, an, b, bn, q, 1, 4);
+    qf(ctx, q, 1, 4);
   }
   if (bulk_hi) { /* the staircase chain, whole and with a change half way */
     for (unsigned j = 0; j < FZ_STAIR; j++) q[j] = fz_stair(j);
-    fz_cmp_query(a, an, b, bn, q, FZ_STAIR, FZ_NW + FZ_BULK_MAX + 8);
+    qf(ctx, q, FZ_STAIR, FZ_CAPALL);
     q[bulk_hi % FZ_STAIR] ^= 0x77;
-    fz_cmp_query(a, an, b, bn, q, FZ_STAIR, 16);
+    qf(ctx, q, FZ_STAIR, 16);
   }
+}
+
+typedef struct {
+  const kvidx *a, *b;
+  const char *an, *bn;
+} fz_pair;
+static inline void fz_pair_query(void *ctx, const uint64_t *q, size_t n, size_t cap) {
+  const fz_pair *p = (const fz_pair *)ctx;
+  fz_cmp_query(p->a, p->an, p->b, p->bn, q, n, cap);
+}
+static inline void fz_pair_wb(void *ctx, uint64_t wid, uint32_t dp) {
+  const fz_pair *p = (const fz_pair *)ctx;
+  fz_cmp_worker_blocks(p->a, p->an, p->b, p->bn, wid, dp);
+}
+
+/* The full sweep between two indexes, plus the semantic stats. */
+static inline void fz_cmp_full(const fz_shadow *s, const kvidx *a, const char *an, const kvidx *b,
+                        const char *bn, unsigned bulk_hi) {
+  fz_pair p = {a, b, an, bn};
+  fz_sweep(s, bulk_hi, fz_pair_query, fz_pair_wb, &p);
   fz_cmp_stats(a, an, b, bn);
 }
 

@@ -1,11 +1,16 @@
 /* fuzz_ops.c - differential fuzzing of the radix and positional kinds against
- * the reference kind (the naive model that defines the semantics).
+ * the reference kind (the model in kvidx.h that defines the semantics) and
+ * against fuzz/model.c (a second, independent naive model written from the
+ * SEMANTICS section only; consulted when the config has no eviction).
  *
  * Input = config bytes, then a bytecode of ops:
  *   byte 0  kinds under test: &3 -> 0,3 both, 1 radix, 2 positional;
- *           bit 2: run kvidx__check after every op (else every 32 ops)
- *   byte 1  max_workers (= worker slots): 1..8, 9..40, 63..66, 127..130,
- *           16, 0 (default 1024), 1023..1026, 1024+k*64, 4093..4097
+ *           full check (kvidx__check + sweep) every K ops, K from bits 6-7:
+ *           64, 16, 256, only at the end; with bit 2 set: 8, 4, 2, 1
+ *   byte 1  max_workers (= worker slots), mostly small: 1..8, 9..40,
+ *           63..66, 127..130, 16, 17..48, 33..64, 65..80; 1 in 16 wide
+ *           (0xF0..0xFF): 1023..1026, 0 (default 1024), 1088..1280,
+ *           4093..4097, 1025.  Bit 2 of byte 0 means K = 16 there.
  *   byte 2  jump: 0 = default, else 1 + (b-1) % 64
  *   byte 3  max_blocks: bit 7 set -> 1 + (b & 63), else 0 (unlimited);
  *           bits 7+6: eviction, KVIDX_EVICT_LRS, or KVIDX_EVICT_EXPIRY when
@@ -14,20 +19,28 @@
  *   ops     see fz_gen_op in fuzz_common.h (store / remove / clear /
  *           remove_worker / find_matches / bulk store / bulk remove / check)
  *
- * After every op: same status from every kind, same worker_blocks for the
- * op's worker(s) and one more small worker in rotation (all of them at every
- * check), same stats.blocks / stats.workers, and the same find_matches
- * answer for a query derived from the op; every N ops (and at the end) the
- * invariant checker on every index plus a full query sweep. */
+ * After every op (incremental): same status from every kind and the model,
+ * same worker_blocks for the op's worker(s) and one more small worker in
+ * rotation, same stats.blocks / stats.workers, caps never exceeded, and the
+ * same find_matches answer for one query derived from the op (a store: the
+ * stored run's chain; else a held chain in rotation; a find op: its own
+ * query and cap).  Every K ops and at the end: kvidx__check on every index
+ * plus the full sweep (fz_sweep: up to ~32 held chains, every small worker's
+ * worker_blocks, bulk samples, alphabet and staircase queries) across all
+ * kinds and the model. */
 #define KVIDX_IMPLEMENTATION
 #include "fuzz_common.h"
+#include "model.h"
 
 #define NKIND 3
-static kvidx *ix[NKIND]; /* ix[0] is the reference */
+#define WORK_BUDGET 12000 /* see `work` below */
+#define PER_OP_Q 128      /* longest rotation query after an op */
+static kvidx *ix[NKIND]; /* ix[0] is the reference (radix in wide configs, see below) */
 static const char *nm[NKIND];
 static int nix;
 static fz_shadow sh;
 static fz_op op;
+static fm_model *fm; /* NULL when the config evicts (outside the model) */
 
 static uint32_t pick_max_workers(uint8_t b) {
   switch (b >> 5) {
@@ -36,9 +49,17 @@ static uint32_t pick_max_workers(uint8_t b) {
   case 2: return 63 + (b & 3);  /* around one bitset word */
   case 3: return 127 + (b & 3); /* around two */
   case 4: return 16;
-  case 5: return 0;             /* default: 1024 */
-  case 6: return (b & 16) ? 1024 + (b & 15) * 64 : 1023 + (b & 3);
-  default: return 4093 + (b & 7) % 5; /* 4093..4097: 4097 is over the default cap */
+  case 5: return 17 + (b & 31); /* 17..48 */
+  case 6: return 33 + (b & 31); /* 33..64 */
+  default:
+    if (b < 0xF0) return 65 + (b & 15); /* 65..80 */
+    switch (b & 15) {                   /* 0xF0..0xFF: the wide cases, 1 in 16 */
+    case 0: case 1: case 2: case 3: return 1023 + (b & 3);
+    case 4: case 5: return 0; /* default: 1024 */
+    case 6: case 7: case 8: case 9: return 1024 + (uint32_t)((b & 15) - 5) * 64;
+    case 15: return 1025;
+    default: return 4093 + (uint32_t)((b & 15) - 10); /* 4093..4097: 4097 is over the cap */
+    }
   }
 }
 
@@ -52,13 +73,70 @@ static void cmp_status(const char *what, const int *st) {
     }
 }
 
+/* The model against the reference: one query (answer buffers: see
+ * fz_query_slot). */
+static void cmp_query_model(const uint64_t *q, size_t qn, size_t cap) {
+  kvidx_score *sa, *sm = fz_sbuf[2] + (FZ_CAPALL - cap);
+  size_t na;
+  size_t ma = fz_query_slot(ix[0], 0, q, qn, cap, &sa, &na);
+  size_t mm = fm_find_matches(fm, q, qn, sm, cap);
+  int bad = ma != mm;
+  for (size_t i = 0; i < na && !bad; i++)
+    bad = sa[i].worker_id != sm[i].worker_id || sa[i].dp_rank != sm[i].dp_rank || sa[i].depth != sm[i].depth;
+  if (bad) {
+    fprintf(stderr, "find_matches mismatch, cap=%zu: %s returned %zu, model.c returned %zu\n", cap, nm[0], ma, mm);
+    fz_print_u64s("  query", q, qn);
+    fz_print_scores(nm[0], sa, na);
+    fz_print_scores("model.c", sm, mm < cap ? mm : cap);
+    FZ_FAIL("find_matches: model.c != %s", nm[0]);
+  }
+}
+
 static void cmp_query_all(const uint64_t *q, size_t qn, size_t cap) {
   for (int k = 1; k < nix; k++) fz_cmp_query(ix[0], nm[0], ix[k], nm[k], q, qn, cap);
+  if (fm) cmp_query_model(q, qn, cap);
+}
+
+static void cmp_wb_all(uint64_t wid, uint32_t dp) {
+  for (int k = 1; k < nix; k++) fz_cmp_worker_blocks(ix[0], nm[0], ix[k], nm[k], wid, dp);
+  if (fm) {
+    size_t x = kvidx_worker_blocks(ix[0], wid, dp), y = fm_worker_blocks(fm, wid, dp);
+    if (x != y) FZ_FAIL("worker_blocks(%llu,%u): %s=%zu model.c=%zu", (unsigned long long)wid, dp, nm[0], x, y);
+  }
+}
+
+static void cmp_stats_all(void) {
+  for (int k = 1; k < nix; k++) fz_cmp_stats(ix[0], nm[0], ix[k], nm[k]);
+  if (fm) {
+    kvidx_stats x;
+    memset(&x, 0, sizeof x);
+    kvidx_get_stats(ix[0], &x);
+    if (x.blocks != fm_blocks(fm) || x.workers != fm_workers(fm))
+      FZ_FAIL("stats: %s blocks=%zu workers=%zu, model.c blocks=%zu workers=%zu", nm[0], x.blocks, x.workers,
+              fm_blocks(fm), fm_workers(fm));
+  }
+}
+
+static void sweep_query(void *ctx, const uint64_t *q, size_t n, size_t cap) {
+  (void)ctx;
+  cmp_query_all(q, n, cap);
+}
+static void sweep_wb(void *ctx, uint64_t wid, uint32_t dp) {
+  (void)ctx;
+  cmp_wb_all(wid, dp);
 }
 
 static void check_all(unsigned bulk_hi) {
   for (int k = 0; k < nix; k++) fz_check(ix[k], nm[k]);
-  for (int k = 1; k < nix; k++) fz_cmp_full(&sh, ix[0], nm[0], ix[k], nm[k], bulk_hi);
+  if (fm && fm_check(fm)) FZ_FAIL("model.c: running totals do not add up");
+  fz_sweep(&sh, bulk_hi, sweep_query, sweep_wb, NULL);
+  cmp_stats_all();
+}
+
+/* the model's status must equal the reference's */
+static void cmp_model_status(const char *what, int ref, int mst) {
+  if (fm && mst != ref)
+    FZ_FAIL("%s: model.c returned %d (%s), %s %d (%s)", what, mst, kvidx_strerror(mst), nm[0], ref, kvidx_strerror(ref));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -78,9 +156,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int kinds[NKIND] = {KVIDX_REFERENCE, KVIDX_RADIX, KVIDX_POSITIONAL};
   nix = 0;
   int sel = c0 & 3;
-  int every = (c0 & 4) ? 1 : 32;
+  static const int every_k[4] = {64, 16, 256, 1 << 30}, every_k_short[4] = {8, 4, 2, 1};
+  uint32_t slots = cfg.max_workers ? cfg.max_workers : 1024;
+  int every = (c0 & 4) ? (slots >= 1000 ? 16 : every_k_short[c0 >> 6]) : every_k[c0 >> 6];
   int st[NKIND];
+  /* Wide configs without eviction: the reference kind costs O(slots) per
+   * call (its worker lookup is a scan), ~100x the rest, so there model.c is
+   * the oracle and both indexes run; ix[0] is then radix. */
+  int wide_no_ref = slots >= 1000 && slots <= KVIDX_WORKERS_MAX && cfg.evict == KVIDX_EVICT_NONE;
+  if (wide_no_ref) sel = 0;
   for (int k = 0; k < NKIND; k++) {
+    if (kinds[k] == KVIDX_REFERENCE && wide_no_ref) continue;
     if ((kinds[k] == KVIDX_RADIX && sel == 2) || (kinds[k] == KVIDX_POSITIONAL && sel == 1)) continue;
     cfg.kind = kinds[k];
     nm[nix] = fz_kind_name(kinds[k]);
@@ -97,12 +183,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   }
   fz_shadow_reset(&sh);
-  unsigned bulk_budget = 2600, bulk_hi = 0;
+  fm = cfg.evict == KVIDX_EVICT_NONE ? fm_create(cfg.max_blocks, cfg.max_workers) : NULL;
+  /* bulk work in proportion to the worker slots: past the cap every bulk
+   * store is one more EFULL, so a few dozen show it */
+  unsigned bulk_budget = slots >= 1000 ? 1100 : 2 * slots + 64, bulk_hi = 0;
+  /* wide configs cost O(slots) per reference call: few ops there, so they
+   * stay a small share of the run time */
+  int max_ops = slots >= 1000 ? 48 : 4000;
   static uint64_t q[FZ_QMAX];
   char what[64];
   int nops = 0;
   uint32_t roll = 0;
-  while (fz_more(&r) && nops < 4000) {
+  size_t work = 0;
+  while (fz_more(&r) && nops < max_ops) {
     fz_gen_op(&r, &sh, &op, &bulk_budget);
     fz_log_op(&op, nops);
     snprintf(what, sizeof what, "op %d", nops);
@@ -110,6 +203,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case FZ_STORE:
       for (int k = 0; k < nix; k++) st[k] = fz_store(ix[k], &op);
       cmp_status(what, st);
+      if (fm) cmp_model_status(what, st[0], fm_store(fm, op.wid, op.dp, op.has_parent ? &op.parent : NULL, op.b, op.n));
       break;
     case FZ_EXPIRE: {
       size_t rm[NKIND];
@@ -122,14 +216,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case FZ_REMOVE:
       for (int k = 0; k < nix; k++) st[k] = kvidx_remove(ix[k], op.wid, op.dp, op.n ? op.seqs : NULL, op.n);
       cmp_status(what, st);
+      if (fm) cmp_model_status(what, st[0], fm_remove(fm, op.wid, op.dp, op.seqs, op.n));
       break;
     case FZ_CLEAR:
       for (int k = 0; k < nix; k++) st[k] = kvidx_clear(ix[k], op.wid, op.dp);
       cmp_status(what, st);
+      if (fm) cmp_model_status(what, st[0], fm_clear(fm, op.wid, op.dp));
       break;
     case FZ_RMW:
       for (int k = 0; k < nix; k++) st[k] = kvidx_remove_worker(ix[k], op.wid);
       cmp_status(what, st);
+      if (fm) cmp_model_status(what, st[0], fm_remove_worker(fm, op.wid));
       break;
     case FZ_FIND:
       cmp_query_all(op.q, op.qn, op.cap);
@@ -143,6 +240,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (int k = 0; k < nix; k++) st[k] = kvidx_store(ix[k], FZ_BULK_BASE + id, 0, NULL, b, nb);
         snprintf(what, sizeof what, "op %d (bulk store %u)", nops, id);
         cmp_status(what, st);
+        if (fm) cmp_model_status(what, st[0], fm_store(fm, FZ_BULK_BASE + id, 0, NULL, b, nb));
         if (id + 1 > bulk_hi) bulk_hi = id + 1;
       }
       st[0] = KVIDX_OK;
@@ -155,24 +253,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                           : kvidx_remove_worker(ix[k], FZ_BULK_BASE + id);
         snprintf(what, sizeof what, "op %d (bulk remove %u)", nops, id);
         cmp_status(what, st);
+        if (fm)
+          cmp_model_status(what, st[0], (i & 1) ? fm_clear(fm, FZ_BULK_BASE + id, 0)
+                                                : fm_remove_worker(fm, FZ_BULK_BASE + id));
       }
       st[0] = KVIDX_OK;
       break;
-    case FZ_CHECK:
-      check_all(bulk_hi);
+    case FZ_CHECK: /* a no-op here: full checks run every K ops (config byte 0) */
       st[0] = KVIDX_OK;
       break;
     }
     FZ_LOG("  -> %d (%s)\n", st[0], kvidx_strerror(st[0]));
     fz_shadow_apply(&sh, &op, st[0]);
     /* after every op: worker_blocks, stats, one query derived from the op */
-    for (int k = 1; k < nix; k++) {
-      /* the op's worker(s) and one more in rotation; all at every check */
-      for (int w = 0; w < FZ_NW; w++)
-        if (FZ_WID[w] == op.wid || w == (int)(nops % FZ_NW))
-          fz_cmp_worker_blocks(ix[0], nm[0], ix[k], nm[k], FZ_WID[w], FZ_WDP[w]);
-      fz_cmp_stats(ix[0], nm[0], ix[k], nm[k]);
-    }
+    /* the op's worker(s) and one more in rotation; all at every check */
+    for (int w = 0; w < FZ_NW; w++)
+      if (FZ_WID[w] == op.wid || w == (int)(nops % FZ_NW)) cmp_wb_all(FZ_WID[w], FZ_WDP[w]);
+    cmp_stats_all();
     /* the caps are semantic: no kind may ever exceed them */
     for (int k = 0; k < nix; k++) {
       kvidx_stats ks;
@@ -189,16 +286,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       int h = -1;
       for (size_t i = op.n; i-- > 0 && h < 0;) h = fz_find_held(&sh, op.w, op.b[i].seq);
       if (h >= 0) qn = fz_path(&sh, sh.held[op.w][h].node, q, FZ_QMAX);
-    } else {
+    } else { /* a held chain in rotation, its first PER_OP_Q blocks */
       int w = (int)(roll % FZ_NW);
-      if (sh.n_held[w]) qn = fz_path(&sh, sh.held[w][(roll / FZ_NW) % sh.n_held[w]].node, q, FZ_QMAX);
+      if (sh.n_held[w]) qn = fz_path(&sh, sh.held[w][(roll / FZ_NW) % sh.n_held[w]].node, q, PER_OP_Q);
     }
     roll = roll * 1103515245u + 12345u;
-    if (qn) cmp_query_all(q, qn, FZ_NW + FZ_BULK_MAX + 8);
+    if (qn) cmp_query_all(q, qn, FZ_CAPALL);
+    /* work budget: blocks stored plus query positions, so that no input
+     * costs more than a few milliseconds (the fuzzer's speed is the mean) */
+    work += (op.type == FZ_STORE ? op.n : 0) + op.qn + qn + (op.type == FZ_BULK || op.type == FZ_BULK_RM ? 8u * op.bulk_k : 0);
+    if (work > WORK_BUDGET) break;
     nops++;
     if (nops % every == 0) check_all(bulk_hi);
   }
   check_all(bulk_hi);
   for (int k = 0; k < nix; k++) kvidx_destroy(ix[k]);
+  fm_destroy(fm);
+  fm = NULL;
   return 0;
 }

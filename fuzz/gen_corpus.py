@@ -33,9 +33,10 @@ def bulk(k, lo=0, remove=False, distinct=False, stair=False):
 def check(): return bytes([15])
 def arm(a): return bytes([15, a])
 
-def ops_cfg(sel=0, every=False, mw=0x80, jump=0, mb=0):
-    # mw: 0x80 = 16 workers, 0x00 = 1, 0xA0 = default 1024, 0x40|1 = 64, 0xC0|2 = 1025, 0xE0|3 = 4096
-    return bytes([sel | (4 if every else 0), mw, jump, mb])
+def ops_cfg(sel=0, every=False, mw=0x80, jump=0, mb=0, k=0):
+    # mw: 0x80 = 16 workers, 0x00 = 1, 0xF4 = default 1024, 0x40|1 = 64, 0xF2 = 1025, 0xFD = 4096
+    # every: full check after every op; k: 0..3 -> every 64, 16, 256 ops, only at the end
+    return bytes([sel | (4 if every else 0) | (k << 6), mw, jump, mb])
 
 def cap_cfg(heap=False, kind=0, mw=3, mb=20, me=0, jump=4, c5=0, evict=False, pct50=False):
     return bytes([(1 if heap else 0) | (kind << 1) | (0x10 if evict else 0) | (0x20 if pct50 else 0), mw, mb, me, jump, c5])
@@ -81,7 +82,7 @@ def main():
     seeds = {
         'fuzz_ops': {
             'seed-basic': ops_cfg() + workload(),
-            'seed-default-slots': ops_cfg(mw=0xA0) + workload(),
+            'seed-default-slots': ops_cfg(mw=0xF4) + workload(),
             'seed-radix-every': ops_cfg(sel=1, every=True, jump=1) + workload(),
             'seed-positional-jump64': ops_cfg(sel=2, jump=64, mw=0x20 | 3) + workload(),
             'seed-one-worker': ops_cfg(mw=0x00) + workload(),
@@ -89,7 +90,7 @@ def main():
             'seed-long': ops_cfg(jump=5) + store(0, locs=tuple(i % 4 for i in range(63)), n=63)
                          + store(1, locs=tuple((i * 3) % 4 for i in range(40)), n=40)
                          + find(0, 0) + find(0, 0, 0x40 | 37, 2) + find(1, 0, 0x80 | 9) + check(),
-            'seed-bulk-1025': ops_cfg(mw=0xC0 | 2, jump=2) + bulk(1008) + bulk(40, 3)
+            'seed-bulk-1025': ops_cfg(mw=0xF2, jump=2) + bulk(1008) + bulk(40, 3)
                               + store(0, locs=(0, 1)) + find(240, 1, 0, 0) + find(0, 0)
                               + bulk(500 if False else 60, 0, remove=True) + bulk(20, 0) + check(),
             'seed-bulk-64': ops_cfg(mw=0x40 | 1) + bulk(64) + bulk(3, 2) + find(240, 1) + check()
@@ -98,18 +99,18 @@ def main():
                               + longstore(2, 255, (9, 9), seqmode='mixed') + longstore(3, 100, (1, 2)) + find(0, 5)
                               + find(0, 100, 0x40 | 50, 1) + find(3, 2, 0x80 | 20) + remove(0, (5, 6, 7, 8)) + find(0, 9) + check()
                               + longstore(4, 255, (5, 6)) + longstore(5, 255, (7, 8)) + longstore(6, 255, (10, 11)) + check(),
-            'seed-bulk-distinct': ops_cfg(mw=0xC0 | 2, jump=4) + bulk(1200, 0, distinct=True) + store(0, locs=(0, 1, 2))
+            'seed-bulk-distinct': ops_cfg(mw=0xF2, jump=4) + bulk(1200, 0, distinct=True) + store(0, locs=(0, 1, 2))
                                   + find(240, 3) + check() + bulk(300 - 256 + 1, 0, remove=True) + bulk(64, 1, distinct=True) + check(),
             'seed-staircase': ops_cfg(mw=0x40 | 2, jump=3) + bulk(64, 0, stair=True) + bulk(30, 10, stair=True)
                               + find(240, 1) + check() + bulk(12, 3, remove=True) + check(),
-            'seed-staircase-1025': ops_cfg(mw=0xC0 | 2, jump=8) + bulk(1000, 0, stair=True) + check()
+            'seed-staircase-1025': ops_cfg(mw=0xF2, jump=8) + bulk(1000, 0, stair=True) + check()
                               + bulk(40, 20, remove=True) + check(),
             'seed-evict-lrs': ops_cfg(mb=0xC0 | 9, jump=2) + workload() + longstore(2, 20) + find(2, 3) + check(),
             'seed-evict-lrs-pct50': ops_cfg(sel=0x20, mb=0xC0 | 20, jump=4) + workload() + bulk(30, 0, stair=True) + check(),
             'seed-evict-lrs-pct1': ops_cfg(sel=0x20 | 0x10, mb=0xC0 | 5) + workload(),
             'seed-evict-expiry': ops_cfg(sel=0x08, mb=0xC0 | 12, jump=3) + ttl_workload(),
             'seed-evict-expiry-big': ops_cfg(sel=0x08 | 0x30, mb=0xC0 | 63, jump=1) + ttl_workload() + ttl_workload(),
-            'seed-bulk-4096': ops_cfg(mw=0xE0 | 3) + bulk(1252) + bulk(1252, 20) + find(240, 1) + check(),
+            'seed-bulk-4096': ops_cfg(mw=0xFD) + bulk(1252) + bulk(1252, 20) + find(240, 1) + check(),
         },
         'fuzz_capacity': {
             'seed-buffer-radix': cap_cfg(kind=0) + workload(),

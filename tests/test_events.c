@@ -557,7 +557,15 @@ static void test_snapshots(int src_kind, int ttl) {
   uint64_t la, lb;
   fill(src, 77 + (uint64_t)src_kind, ttl);
   CHECK_EQ(kvidx_snapshot_write(src, mem_write, &m), KVIDX_OK);
-  CHECK((m.len - 24) % 48 == 0);
+  CHECK(m.len >= 48 && (m.len - 48) % 8 == 0);
+  CHECK_EQ(m.buf[8], 2); /* version 2: 48 + 48 n + 8 ceil(n / 64) bytes */
+  {
+    uint64_t n = 0, len = 0;
+    int b;
+    for (b = 7; b >= 0; b--) n = n << 8 | m.buf[16 + b], len = len << 8 | m.buf[24 + b];
+    CHECK_EQ(len, (uint64_t)m.len);
+    CHECK_EQ((uint64_t)m.len, 48 + 48 * n + 8 * ((n + 63) / 64));
+  }
   for (k = 0; k < 3; k++) {
     /* binary snapshot into every kind */
     dst = mk(KINDS[k], 16, ttl ? 100000 : 0, evict, 0);
@@ -596,7 +604,7 @@ static void test_snapshots(int src_kind, int ttl) {
   }
   /* corrupt, truncated, wrong version: a clear status, the target empty and valid */
   if (!ttl && src_kind == KVIDX_POSITIONAL) {
-    size_t i, len = m.len < 24 + 48 * 40 ? m.len : 24 + 48 * 40;
+    size_t i, len = m.len < 48 + 48 * 70 ? m.len : 48 + 48 * 70;
     kvidx_stats st;
     unsigned char save;
     dst = mk(KVIDX_RADIX, 16, 0, 0, 0);
@@ -622,10 +630,10 @@ static void test_snapshots(int src_kind, int ttl) {
       CHECK_EQ(kvidx__check(dst), 0);
       m.buf[i] = save;
     }
-    m.buf[8] = 2; /* a future version */
+    m.buf[8] = 3; /* a future version */
     m.pos = 0;
     CHECK_EQ(kvidx_snapshot_read(dst, mem_read, &m), KVIDX_EVERSION);
-    m.buf[8] = 1;
+    m.buf[8] = 2;
     m.pos = 0;
     CHECK_EQ(kvidx_snapshot_read(dst, mem_read, &m), KVIDX_OK); /* and the intact one still loads */
     kvidx_destroy(dst);
