@@ -1354,8 +1354,9 @@ KVIDX__PRIV void kvidx__score_sort(kvidx_score *a, size_t n) {
 }
 
 KVIDX__PRIV size_t kvidx__sink_finish(kvidx__sink *k) {
+  if (k->n < 2) return k->total; /* also: no output array at all (cap 0) */
   if (k->esz == sizeof(kvidx_score)) kvidx__score_sort(KVIDX__SC(k, 0), k->n);
-  else if (k->n > 1) qsort(k->out, k->n, k->esz, kvidx__score_cmp);
+  else qsort(k->out, k->n, k->esz, kvidx__score_cmp);
   return k->total;
 }
 
