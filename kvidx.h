@@ -1309,7 +1309,7 @@ KVIDX__PRIV void kvidx__sink_push(kvidx__sink *k, uint64_t id, uint32_t rank, si
 /* Sort plain scores: insertion sort for a few, else a bottom-up merge sort
  * through a stack buffer (up to 512), else a heap sort: no qsort callbacks
  * on the query path (a fleet of 256 workers sorts hundreds per query). */
-#define KVIDX__SORT_BUF 512
+#define KVIDX__SORT_BUF (KVIDX_WORKERS_MAX < 512 ? KVIDX_WORKERS_MAX : 512) /* results never exceed max_workers */
 KVIDX__PRIV void kvidx__score_sort(kvidx_score *a, size_t n) {
   kvidx_score buf[KVIDX__SORT_BUF], t, *src = a, *dst = buf, *sw;
   size_t i, j, w;
