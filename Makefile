@@ -23,7 +23,7 @@ DEB_OPT_PKGS := hyperfine
 
 TEST_PARTS :=
 
-.PHONY: all deps test demo install clean stress soak test-interleave test-threads-tsan test-compile test-soak-short test-snapshot-bounds test-hostile-prompts
+.PHONY: all deps test demo install clean stress soak test-interleave test-threads-tsan test-compile test-soak-short test-snapshot-bounds test-generations test-hostile-prompts
 
 all: $(BUILD)/test_core
 
@@ -155,6 +155,12 @@ $(BUILD)/test_edges: tests/test_edges.c tests/test_impl.c $(TEST_HDRS) | deps
 test-edges: $(BUILD)/test_edges
 	$(BUILD)/test_edges
 
+# slot generations never wrap (64 bits): flapping workers cross 2^31..2^33
+$(BUILD)/test_generations: tests/test_generations.c kvidx.h | deps
+	$(CC) $(CFLAGS_BASE) -O1 $(SAN) -o $@ tests/test_generations.c
+test-generations: $(BUILD)/test_generations
+	$(BUILD)/test_generations
+
 # hostile prompts: thousands of blocks with colliding table keys; stores and
 # queries exact, no reader give-up (it failed on 0.1's unkeyed table: readers
 # gave up with KVIDX_EAGAIN; 0.2 keys every map with a per-index seed).
@@ -181,7 +187,7 @@ test-soak-short: $(BUILD)/soak
 test-api-docs:
 	sh tests/check_api_docs.sh kvidx.h README.md
 
-CORE_PARTS := test-core-gcc test-core-gcc-asan test-compile test-interleave test-events-gcc-asan test-snapshot-bounds test-edges test-hostile-prompts test-soak-short test-api-docs
+CORE_PARTS := test-core-gcc test-core-gcc-asan test-compile test-interleave test-events-gcc-asan test-snapshot-bounds test-edges test-generations test-hostile-prompts test-soak-short test-api-docs
 ifneq ($(CLANG),)
 CORE_PARTS += test-core-clang test-core-clang-asan test-threads-tsan test-events-clang
 endif

@@ -37,6 +37,8 @@
  *   KVIDX_WORKERS_MAX     hard upper bound of cfg.max_workers (default 4096);
  *                         query scratch bitsets live on the stack.
  *   KVIDX_JUMP_MAX        upper bound of cfg.jump (default 256).
+ *   KVIDX_TEST_GEN_STEP   test-only: how far each slot assignment advances the
+ *                         64-bit slot generation (default 1).
  *   KVIDX_TEST_HOOK(ix, where)  test-only: called inside writer critical
  *                         sections (deterministic interleaving tests).
  *   Language: C11 or C++11 and later; C99 and compilers without
@@ -492,6 +494,9 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
 #endif
 #ifndef KVIDX_TEST_HOOK
 #define KVIDX_TEST_HOOK(ix, where) ((void)0)
+#endif
+#ifndef KVIDX_TEST_GEN_STEP /* test-only: slot generations advance by this much */
+#define KVIDX_TEST_GEN_STEP 1u
 #endif
 #if !defined(KVIDX_NO_MALLOC) && !defined(KVIDX_MALLOC)
 #define KVIDX_MALLOC(sz) malloc(sz)
@@ -1411,7 +1416,7 @@ KVIDX__PRIV void kvidx__slot_publish(kvidx__slot *sl, uint64_t id, uint32_t rank
 KVIDX__PRIV uint32_t kvidx__slot_alloc(kvidx *ix, uint64_t id, uint32_t rank) {
   uint32_t s = ix->slot_free;
   kvidx__slot *sl = &ix->slots[s];
-  uint64_t e[3], gen = kvidx__ld(&ix->gen) + 1;
+  uint64_t e[3], gen = kvidx__ld(&ix->gen) + KVIDX_TEST_GEN_STEP;
   ix->slot_free = sl->free_next;
   kvidx__st_rel(&ix->gen, gen); /* before the slot: a reader that sees the new gen */
   kvidx__slot_publish(sl, id, rank, gen);

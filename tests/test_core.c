@@ -733,6 +733,16 @@ static void test_config(void) {
   c.jump = 0;
   c.max_workers = 1u << 30;
   CHECK_EQ(kvidx_create(&ix, &c), KVIDX_EINVAL);
+  c.max_workers = 0;
+  { /* the largest buffer: its size never wraps (on 32 bits it does not fit: 0) */
+    size_t n;
+    c.max_blocks = 0x3FFFFFF0u;
+    n = kvidx_buffer_size(&c);
+    CHECK(n == 0 ? sizeof(size_t) < 8 : n / 8 > c.max_blocks);
+    CHECK_EQ(kvidx_init_buffer(&ix, &c, &c, sizeof c), KVIDX_EINVAL); /* far too small */
+    c.max_blocks = 0;
+  }
+  c.max_workers = 1u << 30;
   CHECK_EQ(kvidx_buffer_size(&c), 0);
   c.max_workers = 0;
   c.alloc = t_alloc;
