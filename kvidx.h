@@ -2775,30 +2775,26 @@ KVIDX_DEF int kvidx_apply(kvidx *ix, const kvidx_event *ev) {
   return rc != KVIDX_OK ? rc : info;
 }
 
-KVIDX_DEF int kvidx_last_event_id(const kvidx *ix, uint64_t worker_id, uint32_t dp_rank, uint64_t *out) {
+/* A worker's stream position (which = 0: last id, 1: its generation). */
+KVIDX__PRIV int kvidx__stream_get(const kvidx *ix, uint64_t worker_id, uint32_t dp_rank, uint64_t *out, int which) {
   const kvidx__evid *e;
   int rc = KVIDX_ENOENT;
   if (!ix || !out) return KVIDX_EINVAL;
   kvidx__lock(KVIDX__MUT(ix));
   if ((e = kvidx__ev_find(ix, worker_id, dp_rank)) != NULL) {
-    *out = e->last;
+    *out = which ? e->gen : e->last;
     rc = KVIDX_OK;
   }
   kvidx__unlock(KVIDX__MUT(ix));
   return rc;
 }
 
+KVIDX_DEF int kvidx_last_event_id(const kvidx *ix, uint64_t worker_id, uint32_t dp_rank, uint64_t *out) {
+  return kvidx__stream_get(ix, worker_id, dp_rank, out, 0);
+}
+
 KVIDX_DEF int kvidx_last_event_gen(const kvidx *ix, uint64_t worker_id, uint32_t dp_rank, uint64_t *out) {
-  const kvidx__evid *e;
-  int rc = KVIDX_ENOENT;
-  if (!ix || !out) return KVIDX_EINVAL;
-  kvidx__lock(KVIDX__MUT(ix));
-  if ((e = kvidx__ev_find(ix, worker_id, dp_rank)) != NULL) {
-    *out = e->gen;
-    rc = KVIDX_OK;
-  }
-  kvidx__unlock(KVIDX__MUT(ix));
-  return rc;
+  return kvidx__stream_get(ix, worker_id, dp_rank, out, 1);
 }
 
 KVIDX__PRIV int kvidx__same_name(const char *a, const char *b) { /* ASCII, case-insensitive */
