@@ -3145,49 +3145,7 @@ KVIDX_DEF const char *kvidx_version(void) {
 /* ========================================================================== */
 /* 9. Dump and snapshots                                                        */
 /* ========================================================================== */
-/* Growable scratch (through the hooks): an entry -> seq map and id stacks. */
-typedef struct {
-  uint64_t *key, *val; /* key = entry id + 1, 0 = empty */
-  size_t cap, n;
-} kvidx__dmap;
-
-KVIDX__PRIV int kvidx__dmap_grow(kvidx *ix, kvidx__dmap *m) {
-  kvidx__dmap nm;
-  size_t i;
-  nm.cap = m->cap ? 2 * m->cap : 64;
-  nm.n = m->n;
-  nm.key = KVIDX__CAST(uint64_t *, kvidx__alloc(ix, nm.cap * 16));
-  if (!nm.key) return KVIDX_ENOMEM;
-  nm.val = nm.key + nm.cap;
-  memset(nm.key, 0, nm.cap * 8);
-  for (i = 0; i < m->cap; i++)
-    if (m->key[i]) {
-      size_t j = KVIDX__CAST(size_t, kvidx__mix(m->key[i]) & (nm.cap - 1));
-      while (nm.key[j]) j = (j + 1) & (nm.cap - 1);
-      nm.key[j] = m->key[i];
-      nm.val[j] = m->val[i];
-    }
-  if (m->key) kvidx__free(ix, m->key, m->cap * 16);
-  *m = nm;
-  return KVIDX_OK;
-}
-KVIDX__PRIV uint64_t *kvidx__dmap_get(const kvidx__dmap *m, uint64_t entry) {
-  size_t j;
-  if (!m->cap) return NULL;
-  for (j = KVIDX__CAST(size_t, kvidx__mix(entry + 1ull) & (m->cap - 1)); m->key[j]; j = (j + 1) & (m->cap - 1))
-    if (m->key[j] == entry + 1ull) return &m->val[j];
-  return NULL;
-}
-KVIDX__PRIV int kvidx__dmap_put(kvidx *ix, kvidx__dmap *m, uint64_t entry, uint64_t seq) {
-  size_t j;
-  if ((m->n + 1) * 2 > m->cap && kvidx__dmap_grow(ix, m) != KVIDX_OK) return KVIDX_ENOMEM;
-  for (j = KVIDX__CAST(size_t, kvidx__mix(entry + 1ull) & (m->cap - 1)); m->key[j]; j = (j + 1) & (m->cap - 1)) {}
-  m->key[j] = entry + 1ull;
-  m->val[j] = seq;
-  m->n++;
-  return KVIDX_OK;
-}
-
+/* Growable scratch (through the hooks): id stacks; the maps are section 2's. */
 typedef struct {
   uint64_t *v;
   size_t n, cap;
@@ -3215,11 +3173,31 @@ typedef struct {
   void *ctx;
   uint32_t slot;
   uint64_t next_id;
-  kvidx__dmap map;  /* position -> a seq of this worker at that position */
+  kvidx__map map;   /* position + 1 -> a seq of this worker at that position */
+  kvidx__map fakes; /* invented seqs (value 1)                             */
   kvidx__vec recs;  /* (depth << 32 | seq table place), sorted: parents first */
   kvidx__vec stack; /* ancestors to invent, deepest first                  */
   kvidx__vec fake;  /* invented seqs, removed at the end                   */
 } kvidx__dumper;
+
+/* The seq the dump gave position pl, if it gave one. */
+KVIDX__PRIV int kvidx__dump_seq_at(const kvidx__dumper *d, uint64_t pl, uint64_t *seq) {
+  uint64_t key = pl + 1;
+  uint32_t at = kvidx__map_find(d->ix, &d->map, &key);
+  if (at == KVIDX__NONE) return 0;
+  if (seq) *seq = kvidx__ld(&kvidx__map_at(&d->map, at)[1]);
+  return 1;
+}
+
+KVIDX__PRIV int kvidx__dump_put(kvidx *ix, kvidx__map *m, uint64_t key, uint64_t val) {
+  uint64_t e[2];
+  int rc = kvidx__map_reserve(ix, m, 1);
+  if (rc != KVIDX_OK) return rc;
+  e[0] = key;
+  e[1] = val;
+  kvidx__map_insert(ix, m, e);
+  return KVIDX_OK;
+}
 
 /* A position as one number: run << 8 | offset. */
 #define KVIDX__PLACE(r, off) (KVIDX__CAST(uint64_t, r) << 8 | (off))
@@ -3245,10 +3223,10 @@ KVIDX__PRIV uint64_t kvidx__place_depth(const kvidx *ix, uint64_t pl) {
 
 KVIDX__PRIV int kvidx__dump_store(kvidx__dumper *d, uint64_t pl, uint64_t seq, int tier, uint64_t expires) {
   kvidx *ix = d->ix;
-  uint64_t par = kvidx__place_parent(ix, pl), pseq = 0, *pp = par == KVIDX__NONE ? NULL : kvidx__dmap_get(&d->map, par);
+  uint64_t par = kvidx__place_parent(ix, pl), pseq = 0;
+  int has_parent = par != KVIDX__NONE && kvidx__dump_seq_at(d, par, &pseq);
   kvidx_block b;
   kvidx_event ev;
-  if (pp) pseq = *pp;
   b.local = kvidx__local_at(ix, kvidx__run_at(ix, KVIDX__CAST(uint32_t, pl >> 8)), KVIDX__CAST(uint32_t, pl & 0xFFu));
   b.seq = seq;
   memset(&ev, 0, sizeof ev);
@@ -3257,7 +3235,7 @@ KVIDX__PRIV int kvidx__dump_store(kvidx__dumper *d, uint64_t pl, uint64_t seq, i
   ev.dp_rank = kvidx__ld(&ix->slots[d->slot].rank);
   ev.type = KVIDX_EV_STORED;
   ev.tier = tier;
-  ev.parent = pp ? &pseq : NULL;
+  ev.parent = has_parent ? &pseq : NULL;
   ev.blocks = &b;
   ev.n = 1;
   ev.expires_at = expires;
@@ -3269,10 +3247,9 @@ KVIDX__PRIV int kvidx__dump_store(kvidx__dumper *d, uint64_t pl, uint64_t seq, i
 KVIDX__PRIV uint64_t kvidx__dump_fake_seq(kvidx__dumper *d, uint64_t pl) {
   uint64_t c = kvidx__mix(pl ^ 0x6b76696478667331ull);
   for (;;) {
-    size_t i;
-    int clash = kvidx__map_find(d->ix, &d->ix->slots[d->slot].seqs, &c) != KVIDX__NONE;
-    for (i = 0; i < d->fake.n && !clash; i++) clash = d->fake.v[i] == c;
-    if (!clash) return c;
+    if (kvidx__map_find(d->ix, &d->ix->slots[d->slot].seqs, &c) == KVIDX__NONE &&
+        kvidx__map_find(d->ix, &d->fakes, &c) == KVIDX__NONE)
+      return c;
     c = kvidx__mix(c + 1);
   }
 }
@@ -3283,8 +3260,8 @@ KVIDX__PRIV int kvidx__dump_worker(kvidx__dumper *d) {
   const kvidx__mtab *t = kvidx__ld(&ix->slots[d->slot].seqs.tab);
   uint64_t i;
   int rc;
-  d->map.n = 0;
-  if (d->map.key) memset(d->map.key, 0, d->map.cap * 8);
+  kvidx__map_drop(ix, &d->map); /* a fresh map per worker */
+  kvidx__map_drop(ix, &d->fakes);
   d->recs.n = d->stack.n = d->fake.n = 0;
   d->next_id = 1;
   for (i = 0; t && i <= t->mask; i++) {
@@ -3299,22 +3276,22 @@ KVIDX__PRIV int kvidx__dump_worker(kvidx__dumper *d) {
     uint64_t a = kvidx__place_parent(ix, pl), expires = 0;
     uint32_t tb;
     /* a hole: the worker lacks the parent; invent the missing ancestors */
-    while (a != KVIDX__NONE && !kvidx__dmap_get(&d->map, a)) {
+    while (a != KVIDX__NONE && !kvidx__dump_seq_at(d, a, NULL)) {
       if ((rc = kvidx__vec_push(ix, &d->stack, a)) != KVIDX_OK) return rc;
       a = kvidx__place_parent(ix, a);
     }
     while (d->stack.n) {
       uint64_t anc = d->stack.v[--d->stack.n], fs = kvidx__dump_fake_seq(d, anc);
-      if ((rc = kvidx__vec_push(ix, &d->fake, fs)) != KVIDX_OK ||
+      if ((rc = kvidx__vec_push(ix, &d->fake, fs)) != KVIDX_OK || (rc = kvidx__dump_put(ix, &d->fakes, fs, 1)) != KVIDX_OK ||
           (rc = kvidx__dump_store(d, anc, fs, KVIDX_TIER_DEVICE, 0)) != KVIDX_OK ||
-          (rc = kvidx__dmap_put(ix, &d->map, anc, fs)) != KVIDX_OK)
+          (rc = kvidx__dump_put(ix, &d->map, anc + 1, fs)) != KVIDX_OK)
         return rc;
     }
     if (ix->evict == KVIDX_EVICT_EXPIRY && kvidx__ld(&e[2]) != ~KVIDX__CAST(uint64_t, 0)) expires = kvidx__ld(&e[2]);
     for (tb = 0; tb <= KVIDX_TIER_DISK; tb++)
       if ((KVIDX__POS_TIERS(pos) >> tb) & 1 && (rc = kvidx__dump_store(d, pl, seq, KVIDX__CAST(int, tb), expires)) != KVIDX_OK)
         return rc;
-    if (!kvidx__dmap_get(&d->map, pl) && (rc = kvidx__dmap_put(ix, &d->map, pl, seq)) != KVIDX_OK) return rc;
+    if (!kvidx__dump_seq_at(d, pl, NULL) && (rc = kvidx__dump_put(ix, &d->map, pl + 1, seq)) != KVIDX_OK) return rc;
   }
   if (d->fake.n) { /* the stand-ins go again: the holes come back */
     kvidx_event ev;
@@ -3336,13 +3313,19 @@ KVIDX__PRIV int kvidx__dump_locked(kvidx *ix, kvidx_event_fn emit, void *ctx) {
   kvidx__dumper d;
   int rc = KVIDX_OK;
   if (ix->kind == KVIDX_REFERENCE || ix->buffer_mode) return KVIDX_ENOTSUP;
-  memset(&d, 0, sizeof d);
   d.ix = ix;
   d.emit = emit;
   d.ctx = ctx;
+  d.slot = 0;
+  d.next_id = 0;
+  d.recs.v = d.stack.v = d.fake.v = NULL;
+  d.recs.n = d.recs.cap = d.stack.n = d.stack.cap = d.fake.n = d.fake.cap = 0;
+  kvidx__map_init(&d.map, 2, 1, 0, 0);
+  kvidx__map_init(&d.fakes, 2, 1, 1, 0);
   for (d.slot = 0; d.slot < ix->max_workers && rc == KVIDX_OK; d.slot++)
     if (ix->slots[d.slot].used) rc = kvidx__dump_worker(&d);
-  if (d.map.key) kvidx__free(ix, d.map.key, d.map.cap * 16);
+  kvidx__map_drop(ix, &d.map);
+  kvidx__map_drop(ix, &d.fakes);
   if (d.recs.v) kvidx__free(ix, d.recs.v, d.recs.cap * 8);
   if (d.stack.v) kvidx__free(ix, d.stack.v, d.stack.cap * 8);
   if (d.fake.v) kvidx__free(ix, d.fake.v, d.fake.cap * 8);
