@@ -720,6 +720,76 @@ static void test_wide(int kind) {
   kvidx_destroy(ix);
 }
 
+/* ---- large stores and wide answers: the paths small tests never take ---- */
+static void test_large(int kind) {
+  enum { N = 1500, W = 600 };
+  static kvidx_block b[N];
+  static uint64_t loc[N];
+  static kvidx_score sc[W];
+  kvidx_config c;
+  kvidx *ix = NULL, *ref = NULL;
+  kvidx_stats st0, st1;
+  size_t i, m;
+  uint64_t s = 99;
+  for (i = 0; i < N; i++) { /* a chained run of N blocks, seq = index */
+    loc[i] = t_rand(&s);
+    b[i].local = loc[i];
+    b[i].seq = 1000 + i;
+  }
+  /* a store longer than 1,024 blocks that fails at its end rolls back whole
+   * (max_entries: the reference has no entries of its own) */
+  memset(&c, 0, sizeof c);
+  c.kind = kind;
+  c.max_workers = 4;
+  c.max_entries = N - 10;
+  if (kind != KVIDX_REFERENCE) {
+    CHECK_EQ(kvidx_create(&ix, &c), KVIDX_OK);
+    CHECK_EQ(kvidx_store(ix, 1, 0, NULL, b, 20), KVIDX_OK);
+    kvidx_get_stats(ix, &st0);
+    CHECK_EQ(kvidx_store(ix, 1, 0, NULL, b, N), KVIDX_EFULL);
+    kvidx_get_stats(ix, &st1);
+    CHECK(st0.blocks == st1.blocks && st0.workers == st1.workers);
+    CHECK_EQ(kvidx_worker_blocks(ix, 1, 0), 20);
+    CHECK_EQ(kvidx__check(ix), 0);
+    kvidx_destroy(ix);
+  }
+  /* near max_blocks the exact count of new seqs (> 32 of them: sorted) */
+  if (kind != KVIDX_REFERENCE) {
+    memset(&c, 0, sizeof c);
+    c.kind = kind;
+    c.max_workers = 4;
+    c.max_blocks = 100;
+    CHECK_EQ(kvidx_create(&ix, &c), KVIDX_OK);
+    c.kind = KVIDX_REFERENCE;
+    CHECK_EQ(kvidx_create(&ref, &c), KVIDX_OK);
+    CHECK_EQ(kvidx_store(ix, 1, 0, NULL, b, 60), KVIDX_OK);
+    CHECK_EQ(kvidx_store(ref, 1, 0, NULL, b, 60), KVIDX_OK);
+    /* 90 blocks, 60 already held: 30 new fit (100 - 60 = 40) */
+    CHECK_EQ(kvidx_store(ix, 1, 0, NULL, b, 90), kvidx_store(ref, 1, 0, NULL, b, 90));
+    CHECK_EQ(kvidx_worker_blocks(ix, 1, 0), 90);
+    /* 80 more from the start of another worker: 80 new, 10 left: refused */
+    CHECK_EQ(kvidx_store(ix, 2, 0, NULL, b + 100, 80), KVIDX_EFULL);
+    CHECK_EQ(kvidx_store(ref, 2, 0, NULL, b + 100, 80), KVIDX_EFULL);
+    CHECK_EQ(kvidx__check(ix), 0);
+    kvidx_destroy(ix);
+    kvidx_destroy(ref);
+  }
+  /* more than 512 matching workers: the answer is sorted all the same */
+  ix = mk(kind, W + 8, 0);
+  for (i = 0; i < W; i++) { /* worker i holds i % 7 + 1 blocks */
+    uint64_t w = (t_rand(&s) & 0xFFFFFFFFu) * 16 + i; /* ids in no particular order */
+    CHECK_EQ(kvidx_store(ix, w, (uint32_t)(i & 1), NULL, b, i % 7 + 1), KVIDX_OK);
+  }
+  m = kvidx_find_matches(ix, loc, 10, sc, W);
+  CHECK_EQ(m, W);
+  for (i = 1; i < W; i++)
+    CHECK(sc[i - 1].depth > sc[i].depth ||
+          (sc[i - 1].depth == sc[i].depth && (sc[i - 1].worker_id < sc[i].worker_id ||
+                                              (sc[i - 1].worker_id == sc[i].worker_id && sc[i - 1].dp_rank < sc[i].dp_rank))));
+  CHECK(sc[0].depth == 7 && sc[W - 1].depth == 1);
+  kvidx_destroy(ix);
+}
+
 static void test_config(void) {
   kvidx_config c;
   kvidx *ix = (kvidx *)&c;
@@ -772,6 +842,7 @@ int main(int argc, char **argv) {
     test_reuse(KINDS[k]);
     test_order(KINDS[k]);
     test_wide(KINDS[k]);
+    test_large(KINDS[k]);
   }
   printf("semantic, trap, capacity, allocation and buffer tests done\n");
   for (w = 0; w < 4; w++)
