@@ -31,7 +31,10 @@
  *   KVIDX_STATIC          all functions static (private copy per TU).
  *   KVIDX_NO_MALLOC       no malloc/free referenced at all: kvidx_create needs
  *                         cfg->alloc/cfg->free, or use kvidx_init_buffer.
- *   KVIDX_MALLOC(sz) / KVIDX_FREE(p)  default allocator (malloc/free).
+ *   KVIDX_MALLOC(sz) / KVIDX_FREE(p)  default allocator (malloc/free);
+ *                         KVIDX_CALLOC(sz) zeroed (calloc) if defined too:
+ *                         new hash tables come from it (defining KVIDX_MALLOC
+ *                         alone: malloc + memset).
  *   KVIDX_NO_THREADS      single-threaded build: plain loads/stores instead of
  *                         atomics; no concurrent readers allowed.
  *   KVIDX_WORKERS_MAX     hard upper bound of cfg.max_workers (default 4096);
@@ -501,6 +504,7 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
 #if !defined(KVIDX_NO_MALLOC) && !defined(KVIDX_MALLOC)
 #define KVIDX_MALLOC(sz) malloc(sz)
 #define KVIDX_FREE(p) free(p)
+#define KVIDX_CALLOC(sz) calloc(1, sz) /* zeroed tables: fresh pages need no memset */
 #endif
 
 #define KVIDX__NW_MAX ((KVIDX_WORKERS_MAX + 63) / 64)
@@ -927,6 +931,25 @@ KVIDX__PRIV void *kvidx__alloc(kvidx *ix, size_t n) {
   return p;
 }
 
+/* Zeroed memory for a new table: the default allocator's calloc takes fresh
+ * pages from the kernel without writing them; hooks and buffers get memset. */
+KVIDX__PRIV void *kvidx__alloc_zeroed(kvidx *ix, size_t n) {
+  void *p;
+#if !defined(KVIDX_NO_MALLOC) && defined(KVIDX_CALLOC)
+  if (!ix->buffer_mode && !ix->alloc && n) {
+    p = KVIDX_CALLOC(n);
+    if (p) {
+      ix->bytes += n;
+      if (ix->bytes > ix->peak) ix->peak = ix->bytes;
+    }
+    return p;
+  }
+#endif
+  p = kvidx__alloc(ix, n);
+  if (p) memset(p, 0, n);
+  return p;
+}
+
 KVIDX__PRIV void kvidx__free(kvidx *ix, void *p, size_t n) {
   if (!p) return;
   if (ix->buffer_mode) {
@@ -1142,18 +1165,29 @@ KVIDX__PRIV int kvidx__map_reserve(kvidx *ix, kvidx__map *m, uint64_t extra) {
   if (need > KVIDX__ID_LIMIT) return KVIDX_EFULL;
   ns = slots ? slots : 8;
   while (need * 4 > ns * 3) ns *= 2;
-  nt = KVIDX__CAST(kvidx__mtab *, kvidx__alloc(ix, kvidx__mtab_bytes(ns, m->ew)));
+  nt = KVIDX__CAST(kvidx__mtab *, kvidx__alloc_zeroed(ix, kvidx__mtab_bytes(ns, m->ew)));
   if (!nt) return kvidx__oom(ix);
-  memset(nt, 0, kvidx__mtab_bytes(ns, m->ew));
   nt->mask = ns - 1;
   nt->bytes = kvidx__mtab_bytes(ns, m->ew);
-  for (i = 0; t && i < slots; i++) {
-    KVIDX__A(uint64_t) *e = kvidx__mtab_words(t) + i * m->ew;
-    uint64_t tmp[8];
-    uint32_t k;
-    if (!kvidx__ld(&e[m->occ])) continue;
-    for (k = 0; k < m->ew; k++) tmp[k] = kvidx__ld(&e[k]);
-    kvidx__map_place(ix, m, nt, tmp, NULL);
+  if (t && m->ew == 2 && m->kw == 1 && !m->shared) { /* seq tables: the common rehash, straight */
+    KVIDX__A(uint64_t) *o = kvidx__mtab_words(t), *w = kvidx__mtab_words(nt);
+    uint64_t mask = nt->mask;
+    for (i = 0; i < slots; i++) {
+      uint64_t k0 = kvidx__ld(&o[2 * i]), v = kvidx__ld(&o[2 * i + 1]), j;
+      if (!(m->occ ? v : k0)) continue;
+      for (j = kvidx__mix(k0 ^ ix->seed) & mask; kvidx__ld(&w[2 * j + m->occ]); j = (j + 1) & mask) {}
+      kvidx__st(&w[2 * j], k0);
+      kvidx__st(&w[2 * j + 1], v);
+    }
+  } else {
+    for (i = 0; t && i < slots; i++) {
+      KVIDX__A(uint64_t) *e = kvidx__mtab_words(t) + i * m->ew;
+      uint64_t tmp[8];
+      uint32_t k;
+      if (!kvidx__ld(&e[m->occ])) continue;
+      for (k = 0; k < m->ew; k++) tmp[k] = kvidx__ld(&e[k]);
+      kvidx__map_place(ix, m, nt, tmp, NULL);
+    }
   }
   nt->retired = NULL;
   kvidx__st_rel(&m->tab, nt);
