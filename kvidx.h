@@ -37,9 +37,10 @@
  *                         alone: malloc + memset).
  *   KVIDX_NO_THREADS      single-threaded build: plain loads/stores instead of
  *                         atomics; no concurrent readers allowed.
- *   KVIDX_WORKERS_MAX     hard upper bound of cfg.max_workers (default 4096);
- *                         query scratch bitsets live on the stack.
- *   KVIDX_JUMP_MAX        upper bound of cfg.jump (default 256).
+ *   KVIDX_WORKERS_MAX     hard upper bound of cfg.max_workers (default 4096, at
+ *                         most 65535); a query's scratch (a hit record per
+ *                         possible worker, the result sort) lives on the stack.
+ *   KVIDX_JUMP_MAX        upper bound of cfg.jump (default 256; unused since 0.2).
  *   KVIDX_TEST_GEN_STEP   test-only: how far each slot assignment advances the
  *                         64-bit slot generation (default 1).
  *   KVIDX_TEST_HOOK(ix, where)  test-only: called inside writer critical
@@ -285,7 +286,7 @@ typedef void (*kvidx_free_fn)(void *ctx, void *ptr, size_t size);
  * 1,024 worker slots. */
 typedef struct {
   int kind;             /* kvidx_kind                                        */
-  uint32_t max_workers; /* worker slots (bitset width); 0 = 1024             */
+  uint32_t max_workers; /* worker slots; 0 = 1024                           */
   size_t max_blocks;    /* most (worker, block) holdings; 0 = unlimited in
                            heap mode, KVIDX_BUFFER_DEFAULT_BLOCKS in buffer  */
   size_t max_entries;   /* most index entries; 0 = unlimited (heap) or
@@ -302,8 +303,8 @@ typedef struct {
 } kvidx_config;
 
 #define KVIDX_BUFFER_DEFAULT_BLOCKS 65536u
-/* cfg.flags: KVIDX_F_TIERS tracks host and disk copies (a second bitset per
- * entry).  Without it the index holds device copies only: a Stored event on
+/* cfg.flags: KVIDX_F_TIERS tracks host and disk copies (device bits per
+ * holding and per holder entry).  Without it the index holds device copies only: a Stored event on
  * another tier is refused with KVIDX_ENOTSUP, and the tiered query reports
  * every matched block as a device block. */
 #define KVIDX_F_TIERS 1u
@@ -343,7 +344,7 @@ KVIDX_API size_t kvidx_worker_blocks(const kvidx *ix, uint64_t worker_id,
 typedef struct {
   size_t blocks;      /* (worker, block) holdings                          */
   size_t workers;     /* workers holding >= 1 block                        */
-  size_t entries;     /* index entries (radix nodes / positional entries)  */
+  size_t entries;     /* block positions stored in runs                     */
   size_t bytes;       /* bytes allocated now (heap) or buffer size (buffer)*/
   size_t peak_bytes;  /* most bytes allocated at once                      */
 } kvidx_stats;
