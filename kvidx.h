@@ -616,6 +616,7 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
 #define KVIDX__PRIV static
 
 #define KVIDX__NONE 0xFFFFFFFFu     /* "no id": the root as a parent, end of list */
+#define KVIDX__SIZE_MAX (~KVIDX__CAST(size_t, 0))
 #define KVIDX__ID_LIMIT 0x7FFFFFF0u /* ids and element counts stay below this     */
 #define KVIDX__RUN_MAX 64           /* blocks per run: a worker's share is one u64 */
 #define KVIDX__SEGS 28              /* grow-only segments per array              */
@@ -999,6 +1000,7 @@ KVIDX__PRIV int kvidx__grow_reserve(kvidx *ix, kvidx__grow *g, uint64_t need) {
     uint64_t elems = KVIDX__CAST(uint64_t, 1) << (g->shift0 + k);
     unsigned char *p;
     if (k >= KVIDX__SEGS || g->cap + elems > KVIDX__ID_LIMIT) return KVIDX_EFULL;
+    if (elems * g->es > KVIDX__SIZE_MAX) return kvidx__oom(ix);
     p = KVIDX__CAST(unsigned char *, kvidx__alloc(ix, KVIDX__CAST(size_t, elems * g->es)));
     if (!p) return kvidx__oom(ix);
     /* not zeroed: nothing reads an element before it is written (ids and word
@@ -1097,8 +1099,8 @@ KVIDX__PRIV void kvidx__map_init(kvidx__map *m, uint32_t ew, uint32_t kw, uint32
   m->shared = shared;
 }
 
-KVIDX__PRIV size_t kvidx__mtab_bytes(uint64_t slots, uint32_t ew) {
-  return sizeof(kvidx__mtab) + KVIDX__CAST(size_t, slots) * ew * sizeof(uint64_t);
+KVIDX__PRIV uint64_t kvidx__mtab_bytes(uint64_t slots, uint32_t ew) { /* 64-bit: checked before use */
+  return sizeof(kvidx__mtab) + slots * ew * sizeof(uint64_t);
 }
 
 /* Writer: the place holding key, or KVIDX__NONE. */
@@ -1166,7 +1168,8 @@ KVIDX__PRIV int kvidx__map_reserve(kvidx *ix, kvidx__map *m, uint64_t extra) {
   if (need > KVIDX__ID_LIMIT) return KVIDX_EFULL;
   ns = slots ? slots : 8;
   while (need * 4 > ns * 3) ns *= 2;
-  nt = KVIDX__CAST(kvidx__mtab *, kvidx__alloc_zeroed(ix, kvidx__mtab_bytes(ns, m->ew)));
+  if (kvidx__mtab_bytes(ns, m->ew) > KVIDX__SIZE_MAX) return kvidx__oom(ix); /* a 32-bit address space */
+  nt = KVIDX__CAST(kvidx__mtab *, kvidx__alloc_zeroed(ix, KVIDX__CAST(size_t, kvidx__mtab_bytes(ns, m->ew))));
   if (!nt) return kvidx__oom(ix);
   nt->mask = ns - 1;
   nt->bytes = kvidx__mtab_bytes(ns, m->ew);
@@ -1914,6 +1917,7 @@ KVIDX__PRIV int kvidx__heap_reserve(kvidx *ix, size_t extra) {
   }
   ncap = ix->heap_cap ? 2 * ix->heap_cap : 64;
   while (ncap < ix->heap_n + extra) ncap *= 2;
+  if (ncap > KVIDX__SIZE_MAX / sizeof(kvidx__victim)) return kvidx__oom(ix);
   h = KVIDX__CAST(kvidx__victim *, kvidx__alloc(ix, ncap * sizeof(kvidx__victim)));
   if (!h) return kvidx__oom(ix);
   if (ix->heap) {
@@ -2451,10 +2455,10 @@ typedef struct {
 } kvidx__plan;
 
 /* Bytes of the smallest power-of-two class holding n bytes (buffer arena). */
-KVIDX__PRIV size_t kvidx__cls_bytes(uint64_t n) {
+KVIDX__PRIV uint64_t kvidx__cls_bytes(uint64_t n) { /* 64-bit: a plan's sums must not wrap */
   uint64_t size;
   kvidx__arena_class(n, &size);
-  return KVIDX__CAST(size_t, size);
+  return size;
 }
 
 /* A map of up to `entries`: its table at the largest size a store's
@@ -2463,7 +2467,7 @@ KVIDX__PRIV size_t kvidx__cls_bytes(uint64_t n) {
 KVIDX__PRIV uint64_t kvidx__map_worst(uint64_t entries, uint32_t ew) {
   uint64_t slots = 8;
   while (entries * 4 > slots * 3) slots *= 2;
-  return 2 * KVIDX__CAST(uint64_t, kvidx__cls_bytes(kvidx__mtab_bytes(slots, ew))) +
+  return 2 * kvidx__cls_bytes(kvidx__mtab_bytes(slots, ew)) +
          kvidx__cls_bytes(kvidx__mtab_bytes(slots / 2, ew));
 }
 
