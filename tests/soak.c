@@ -193,7 +193,15 @@ static void *reader(void *arg) {
     int rc = kvidx_find_matches_ex(ix, doc_loc[d], qn, sc, 64, &total);
     if (rc == KVIDX_EAGAIN) atomic_fetch_add(&n_eagain, 1);
     else if (rc != KVIDX_OK) FAIL("find_matches_ex: %s", kvidx_strerror(rc));
-    else check_answer(sc, total, 64, qn, pin && ix == A ? (int)qn : 0);
+    else {
+      check_answer(sc, total, 64, qn, pin && ix == A ? (int)qn : 0);
+      if (atomic_load(&fail) && pin && ix == A) { /* say whether the blocks were there */
+        kvidx_score again[64];
+        size_t m2 = kvidx_find_matches(ix, doc_loc[d], qn, again, 64);
+        fprintf(stderr, "soak: pinned worker holds %zu blocks; the same query again: %zu workers, depth %u\n",
+                kvidx_worker_blocks(ix, PINNED_WORKER, 0), m2, m2 ? again[0].depth : 0u);
+      }
+    }
     pthread_rwlock_unlock(&ix_lock);
     atomic_fetch_add(&n_queries, 1);
   }
