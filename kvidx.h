@@ -1680,7 +1680,7 @@ KVIDX__PRIV void kvidx__holder_set(kvidx *ix, uint32_t r, KVIDX__A(uint64_t) *h)
 }
 
 /* Worker s stops holding run r at all. */
-KVIDX__PRIV void kvidx__hold_drop(kvidx *ix, uint32_t s, uint32_t r, uint32_t at) {
+KVIDX__PRIV void kvidx__hold_drop(kvidx *ix, uint32_t r, uint32_t at) {
   kvidx__run *rn = kvidx__run_at(ix, r);
   uint32_t j = KVIDX__CAST(uint32_t, kvidx__ld(&kvidx__map_at(&ix->holds, at)[KVIDX__H_INDEX]));
   uint32_t last = kvidx__ld(&rn->nhold) - 1, k;
@@ -1695,7 +1695,6 @@ KVIDX__PRIV void kvidx__hold_drop(kvidx *ix, uint32_t s, uint32_t r, uint32_t at
   kvidx__st(&rn->nhold, last);
   kvidx__run_wend(rn);
   kvidx__map_delete(ix, &ix->holds, at);
-  (void)s;
   kvidx__run_release(ix, r);
 }
 
@@ -1792,7 +1791,7 @@ KVIDX__PRIV void kvidx__position_sub(kvidx *ix, uint32_t s, uint32_t r, uint32_t
   }
   if (!kvidx__ld(&h[KVIDX__H_HELD])) {
     if (hc) hc->run = KVIDX__NONE;
-    kvidx__hold_drop(ix, s, r, at);
+    kvidx__hold_drop(ix, r, at);
     return;
   }
   if (hc) { /* published when the caller moves on */
@@ -2147,10 +2146,8 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
       kvidx__run_release(ix, cur.r); /* a run made for this block and left empty */
       break;
     }
-    r = cur.r;
-    off = cur.off;
     e[0] = b[i].seq;
-    e[1] = KVIDX__POS(r, off, tbit);
+    e[1] = KVIDX__POS(cur.r, cur.off, tbit);
     if (ix->evict) {
       kvidx__keys(ix->evict, stamp, &ix->seqno, i, expires, &e[2], &e[3]);
       kvidx__heap_push(ix, s, b[i].seq, e[2], e[3]);
