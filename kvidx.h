@@ -45,6 +45,9 @@
  *                         64-bit slot generation (default 1).
  *   KVIDX_TEST_HOOK(ix, where)  test-only: called inside writer critical
  *                         sections (deterministic interleaving tests).
+ *   KVIDX_TEST_DRAIN_STEP test-only: places of a grown map's old table each
+ *                         reservation drains at least (default 64; 1 keeps
+ *                         growths in flight for long, for the tests).
  *   Language: C11 or C++11 and later; C99 and compilers without
  *   <stdatomic.h> (tcc) only with KVIDX_NO_THREADS.  xxhash.h 0.8.0 or later
  *   (earlier XXH3 output differs).  Anything else stops at one #error.
@@ -502,6 +505,9 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
 #ifndef KVIDX_TEST_GEN_STEP /* test-only: slot generations advance by this much */
 #define KVIDX_TEST_GEN_STEP 1u
 #endif
+#ifndef KVIDX_TEST_DRAIN_STEP /* test-only: places a growing map drains per reservation, at least */
+#define KVIDX_TEST_DRAIN_STEP 64u
+#endif
 #if !defined(KVIDX_NO_MALLOC) && !defined(KVIDX_MALLOC)
 #define KVIDX_MALLOC(sz) malloc(sz)
 #define KVIDX_FREE(p) free(p)
@@ -744,10 +750,15 @@ typedef struct kvidx__mtab { /* a map's table; entries follow the header */
 } kvidx__mtab;
 
 typedef struct {
-  KVIDX__A(kvidx__mtab *) tab;
+  KVIDX__A(kvidx__mtab *) tab; /* every insert goes here                      */
+  KVIDX__A(kvidx__mtab *) old; /* the table being drained after a growth     */
   kvidx__mtab *retired;      /* shared maps: older tables, freed at destroy */
-  KVIDX__A(uint32_t) moves;  /* shared maps: seqlock around deletions       */
-  uint32_t ew, kw, occ, n;
+  KVIDX__A(uint32_t) moves;  /* shared maps: seqlock around deletions and
+                                entries moving from old to tab             */
+  uint64_t drain_from, drained; /* old: where the sweep began, places swept */
+  kvidx__mtab *next;         /* the next table, being zeroed ahead of use   */
+  uint64_t zeroed;           /* next: entry bytes zeroed so far             */
+  uint32_t ew, kw, occ, n;   /* n: entries in both tables                   */
   int shared;
 } kvidx__map;
 
@@ -1064,11 +1075,32 @@ KVIDX__PRIV uint32_t kvidx__chunk_alloc(kvidx *ix, unsigned c) {
  * Entries of `ew` atomic u64 words, the key in the first `kw`; word `occ` is
  * never 0 in a used entry (so 0 marks a free place).  Linear probing from a
  * home keyed by the index's random seed (crafted keys cannot build long
- * probe chains), at most 3/4 full, backward-shift deletion.  A shared map
- * (the child map) is probed by lock-free readers: an insert fills a free
- * place and writes the `occ` word last (release); every deletion runs inside
- * the map's `moves` seqlock, so a reader whose probe overlapped one retries;
- * a grown table is published whole and the old one is kept until destroy. */
+ * probe chains), at most 3/4 full, backward-shift deletion.
+ *
+ * Growth is incremental, so no call pays for a whole rehash.  The grown
+ * table becomes `tab` (every insert goes there) and the previous one `old`;
+ * each later reservation drains a bounded number of old's places (16 per
+ * reserved entry, at least KVIDX_TEST_DRAIN_STEP), in one sweep that starts
+ * after a free place and stops only before one:
+ *
+ *     old:  [ swept: all free | unswept clusters, untouched ] .. free | ..
+ *             ^drain_from       ^drain_from + drained
+ *
+ * So an unswept cluster is never cut, deleting in old shifts entries only
+ * within the unswept part, and a key whose home was swept is not in old.
+ * A position names its table (KVIDX__OLD marks one in old).  The sweep is
+ * done long before tab fills: it needs old's size / 16 reserved entries, tab
+ * has room for 3/4 of old's size more.
+ *
+ * A shared map (the child map) is probed by lock-free readers: an insert
+ * fills a free place and writes the `occ` word last (release); every
+ * deletion and every drain step runs inside the map's `moves` seqlock, so a
+ * reader whose probe overlapped one retries; readers probe tab, then old,
+ * and believe a miss only if moves, tab and old did not change.  Tables a
+ * shared map let go of are kept until destroy (each is half the next). */
+#define KVIDX__OLD 0x80000000u           /* a position in the table being drained       */
+#define KVIDX__MAP_SLOTS_MAX 0x40000000u /* so no position is KVIDX__NONE or has the bit */
+
 KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__mtab_words(const kvidx__mtab *t) {
   return KVIDX__RCAST(KVIDX__A(uint64_t) *, KVIDX__UNC(kvidx__mtab *, t) + 1);
 }
@@ -1090,8 +1122,12 @@ KVIDX__PRIV uint64_t kvidx__key_hash(uint64_t seed, const uint64_t *key, uint32_
 
 KVIDX__PRIV void kvidx__map_init(kvidx__map *m, uint32_t ew, uint32_t kw, uint32_t occ, int shared) {
   kvidx__st(&m->tab, KVIDX__CAST(kvidx__mtab *, NULL));
+  kvidx__st(&m->old, KVIDX__CAST(kvidx__mtab *, NULL));
   m->retired = NULL;
   kvidx__st(&m->moves, 0u);
+  m->drain_from = m->drained = 0;
+  m->next = NULL;
+  m->zeroed = 0;
   m->n = 0;
   m->ew = ew;
   m->kw = kw;
@@ -1103,39 +1139,27 @@ KVIDX__PRIV uint64_t kvidx__mtab_bytes(uint64_t slots, uint32_t ew) { /* 64-bit:
   return sizeof(kvidx__mtab) + slots * ew * sizeof(uint64_t);
 }
 
-/* Writer: the place holding key, or KVIDX__NONE. */
-KVIDX__PRIV uint32_t kvidx__map_find(const kvidx *ix, const kvidx__map *m, const uint64_t *key) {
-  const kvidx__mtab *t = kvidx__ld(&KVIDX__UNC(kvidx__map *, m)->tab);
-  KVIDX__A(uint64_t) *w;
-  uint64_t i;
-  uint32_t k;
-  if (!t || !m->n) return KVIDX__NONE;
-  w = kvidx__mtab_words(t);
-  for (i = kvidx__key_hash(ix->seed, key, m->kw) & t->mask;; i = (i + 1) & t->mask) {
-    KVIDX__A(uint64_t) *e = w + i * m->ew;
-    if (!kvidx__ld(&e[m->occ])) return KVIDX__NONE;
-    for (k = 0; k < m->kw && kvidx__ld(&e[k]) == key[k]; k++) {}
-    if (k == m->kw) return KVIDX__CAST(uint32_t, i);
-  }
+/* The table a position is in, and the entry at it. */
+KVIDX__PRIV kvidx__mtab *kvidx__map_tab_of(const kvidx__map *m, uint32_t at) {
+  kvidx__map *mm = KVIDX__UNC(kvidx__map *, m);
+  return (at & KVIDX__OLD) ? kvidx__ld(&mm->old) : kvidx__ld(&mm->tab);
 }
 
-/* Writer: start loading the line where a probe with hash h begins. */
-KVIDX__PRIV void kvidx__map_prefetch(const kvidx__map *m, uint64_t h) {
-  const kvidx__mtab *t = kvidx__ld(&KVIDX__UNC(kvidx__map *, m)->tab);
-  if (t) KVIDX__PREFETCH(kvidx__mtab_words(t) + (h & t->mask) * m->ew);
+KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__map_at(const kvidx__map *m, uint32_t at) {
+  return kvidx__mtab_words(kvidx__map_tab_of(m, at)) + KVIDX__CAST(size_t, at & ~KVIDX__OLD) * m->ew;
 }
 
-/* Writer: like kvidx__map_find (h = the key's hash), and where an insert
- * would go (*free_at). */
-KVIDX__PRIV uint32_t kvidx__map_slot(const kvidx__map *m, const uint64_t *key, uint64_t h, uint32_t *free_at) {
-  const kvidx__mtab *t = kvidx__ld(&KVIDX__UNC(kvidx__map *, m)->tab);
+/* Probe one table for key (home hash h): its place, or NONE and (free_at)
+ * the free place that ended the probe. */
+KVIDX__PRIV uint32_t kvidx__mtab_probe(const kvidx__map *m, const kvidx__mtab *t, const uint64_t *key, uint64_t h,
+                                       uint32_t *free_at) {
   KVIDX__A(uint64_t) *w = kvidx__mtab_words(t);
   uint64_t i;
   uint32_t k;
   for (i = h & t->mask;; i = (i + 1) & t->mask) {
     KVIDX__A(uint64_t) *e = w + i * m->ew;
     if (!kvidx__ld(&e[m->occ])) {
-      *free_at = KVIDX__CAST(uint32_t, i);
+      if (free_at) *free_at = KVIDX__CAST(uint32_t, i);
       return KVIDX__NONE;
     }
     for (k = 0; k < m->kw && kvidx__ld(&e[k]) == key[k]; k++) {}
@@ -1143,9 +1167,45 @@ KVIDX__PRIV uint32_t kvidx__map_slot(const kvidx__map *m, const uint64_t *key, u
   }
 }
 
-KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__map_at(const kvidx__map *m, uint32_t i) {
-  return kvidx__mtab_words(kvidx__ld(&KVIDX__UNC(kvidx__map *, m)->tab)) +
-         KVIDX__CAST(size_t, i) * m->ew;
+/* Writer: the place holding key (h = its hash), or KVIDX__NONE and
+ * (free_at) where an insert would go.  Old is probed only while the key's
+ * home there is unswept. */
+KVIDX__PRIV uint32_t kvidx__map_slot(const kvidx__map *m, const uint64_t *key, uint64_t h, uint32_t *free_at) {
+  kvidx__map *mm = KVIDX__UNC(kvidx__map *, m);
+  const kvidx__mtab *o = kvidx__ld(&mm->old);
+  uint32_t at = kvidx__mtab_probe(m, kvidx__ld(&mm->tab), key, h, free_at);
+  if (at == KVIDX__NONE && o && ((h - m->drain_from) & o->mask) >= m->drained &&
+      (at = kvidx__mtab_probe(m, o, key, h, NULL)) != KVIDX__NONE)
+    at |= KVIDX__OLD;
+  return at;
+}
+
+/* Writer: the place holding key, or KVIDX__NONE. */
+KVIDX__PRIV uint32_t kvidx__map_find(const kvidx *ix, const kvidx__map *m, const uint64_t *key) {
+  if (!m->n) return KVIDX__NONE; /* also: no table yet */
+  return kvidx__map_slot(m, key, kvidx__key_hash(ix->seed, key, m->kw), NULL);
+}
+
+/* Every entry by position, both tables: the first occupied position after
+ * `pos` (KVIDX__NONE: from the start), or KVIDX__NONE at the end. */
+KVIDX__PRIV uint32_t kvidx__map_next(const kvidx__map *m, uint32_t pos) {
+  kvidx__map *mm = KVIDX__UNC(kvidx__map *, m);
+  const kvidx__mtab *t = kvidx__ld(&mm->tab), *o = kvidx__ld(&mm->old);
+  uint64_t i = pos == KVIDX__NONE ? 0 : (pos & ~KVIDX__OLD) + 1;
+  if (pos == KVIDX__NONE || !(pos & KVIDX__OLD)) {
+    for (; t && i <= t->mask; i++)
+      if (kvidx__ld(&kvidx__mtab_words(t)[i * m->ew + m->occ])) return KVIDX__CAST(uint32_t, i);
+    i = 0;
+  }
+  for (; o && i <= o->mask; i++)
+    if (kvidx__ld(&kvidx__mtab_words(o)[i * m->ew + m->occ])) return KVIDX__CAST(uint32_t, i) | KVIDX__OLD;
+  return KVIDX__NONE;
+}
+
+/* Writer: start loading the line where a probe with hash h begins. */
+KVIDX__PRIV void kvidx__map_prefetch(const kvidx__map *m, uint64_t h) {
+  const kvidx__mtab *t = kvidx__ld(&KVIDX__UNC(kvidx__map *, m)->tab);
+  if (t) KVIDX__PREFETCH(kvidx__mtab_words(t) + (h & t->mask) * m->ew);
 }
 
 KVIDX__PRIV void kvidx__map_place(const kvidx *ix, const kvidx__map *m, kvidx__mtab *t, const uint64_t *e,
@@ -1160,49 +1220,131 @@ KVIDX__PRIV void kvidx__map_place(const kvidx *ix, const kvidx__map *m, kvidx__m
   if (at) *at = KVIDX__CAST(uint32_t, i);
 }
 
-/* Room for `extra` more entries (growing to keep load <= 3/4). */
+/* Let go of a table the map no longer uses (readers may still be in a
+ * shared map's). */
+KVIDX__PRIV void kvidx__map_retire(kvidx *ix, kvidx__map *m, kvidx__mtab *t) {
+  if (m->shared) {
+    t->retired = m->retired;
+    m->retired = t;
+  } else {
+    kvidx__free(ix, t, KVIDX__CAST(size_t, t->bytes));
+  }
+}
+
+/* Writer: move old's entries into tab, sweeping at least `budget` places,
+ * then on to the next free place (see the picture above). */
+KVIDX__PRIV void kvidx__map_drain(kvidx *ix, kvidx__map *m, uint64_t budget) {
+  kvidx__mtab *o = kvidx__ld(&m->old), *t = kvidx__ld(&m->tab);
+  KVIDX__A(uint64_t) *w;
+  uint64_t size, e[8];
+  uint32_t k;
+  if (!o) return;
+  w = kvidx__mtab_words(o);
+  size = o->mask + 1;
+  if (m->shared) {
+    kvidx__st(&m->moves, kvidx__ld(&m->moves) + 1);
+    kvidx__fence_rel();
+  }
+  while (m->drained < size) {
+    KVIDX__A(uint64_t) *x = w + ((m->drain_from + m->drained) & o->mask) * m->ew;
+    if (!kvidx__ld(&x[m->occ])) {
+      if (!budget) break; /* stop before a free place: no cluster is cut */
+    } else {
+      for (k = 0; k < m->ew; k++) e[k] = kvidx__ld(&x[k]);
+      kvidx__map_place(ix, m, t, e, NULL);
+      kvidx__st(&x[m->occ], KVIDX__CAST(uint64_t, 0));
+      if (m->shared) KVIDX_TEST_HOOK(ix, 8); /* an entry between the tables */
+    }
+    if (budget) budget--;
+    m->drained++;
+  }
+  if (m->drained == size) {
+    kvidx__st_rel(&m->old, KVIDX__CAST(kvidx__mtab *, NULL));
+    kvidx__map_retire(ix, m, o);
+  }
+  if (m->shared) kvidx__st_rel(&m->moves, kvidx__ld(&m->moves) + 1);
+}
+
+/* Writer: finish a growth (before walking a whole table by position). */
+KVIDX__PRIV void kvidx__map_settle(kvidx *ix, kvidx__map *m) { kvidx__map_drain(ix, m, ~KVIDX__CAST(uint64_t, 0)); }
+
+/* Zero up to `budget` more bytes of the next table; 1 when it is all zero. */
+KVIDX__PRIV int kvidx__map_zero(kvidx__map *m, uint64_t budget) {
+  kvidx__mtab *nt = m->next;
+  uint64_t all = nt->bytes - sizeof(kvidx__mtab), k = all - m->zeroed < budget ? all - m->zeroed : budget;
+  memset(KVIDX__RCAST(unsigned char *, kvidx__mtab_words(nt)) + m->zeroed, 0, KVIDX__CAST(size_t, k));
+  m->zeroed += k;
+  return m->zeroed == all;
+}
+
+/* Make the zeroed table nt the one inserts go to; the current one (if any)
+ * becomes old and drains from now on. */
+KVIDX__PRIV void kvidx__map_switch(kvidx *ix, kvidx__map *m, kvidx__mtab *nt, uint64_t step) {
+  kvidx__mtab *t = kvidx__ld(&m->tab);
+  uint64_t i = 0;
+  if (t) { /* the sweep starts after a free place (there is one: load <= 3/4) */
+    KVIDX__A(uint64_t) *w = kvidx__mtab_words(t);
+    while (kvidx__ld(&w[i * m->ew + m->occ])) i++;
+    m->drain_from = i;
+    m->drained = 0;
+    kvidx__st_rel(&m->old, t); /* before tab: a reader that sees the new tab sees old */
+  }
+  kvidx__st_rel(&m->tab, nt);
+  if (t) kvidx__map_drain(ix, m, step);
+}
+
+/* A table of `slots` places, not zeroed yet. */
+KVIDX__PRIV kvidx__mtab *kvidx__mtab_new(kvidx *ix, uint64_t slots, uint32_t ew, int zeroed) {
+  size_t bytes = KVIDX__CAST(size_t, kvidx__mtab_bytes(slots, ew));
+  kvidx__mtab *t = KVIDX__CAST(kvidx__mtab *, zeroed ? kvidx__alloc_zeroed(ix, bytes) : kvidx__alloc(ix, bytes));
+  if (!t) return NULL;
+  t->mask = slots - 1;
+  t->bytes = bytes;
+  t->retired = NULL;
+  return t;
+}
+
+/* Room for `extra` more entries, at most 3/4 full.  Growth is spread over
+ * the reservations: past 5/8 full, a table of twice the size is allocated
+ * and zeroed a share per reservation (twice the pace it needs), then takes
+ * the inserts while the old one drains (see above).  Small tables and a
+ * reservation that outgrows all that are done at once. */
 KVIDX__PRIV int kvidx__map_reserve(kvidx *ix, kvidx__map *m, uint64_t extra) {
   kvidx__mtab *t = kvidx__ld(&m->tab), *nt;
-  uint64_t need = m->n + extra, slots = t ? t->mask + 1 : 0, ns, i;
-  if (need * 4 <= slots * 3) return KVIDX_OK;
+  uint64_t need = m->n + extra, slots = t ? t->mask + 1 : 0, ns, step = 16 * extra + KVIDX_TEST_DRAIN_STEP;
+  if (kvidx__ld(&m->old)) kvidx__map_drain(ix, m, step);
+  if (m->next && kvidx__map_zero(m, step * 16 * m->ew) && !kvidx__ld(&m->old)) {
+    kvidx__map_switch(ix, m, m->next, step);
+    m->next = NULL;
+    t = kvidx__ld(&m->tab);
+    slots = t->mask + 1;
+  }
+  if (need * 4 <= slots * 3) {
+    if (!m->next && !kvidx__ld(&m->old) && need * 8 > slots * 5 &&
+        kvidx__mtab_bytes(slots, m->ew) >= KVIDX_TEST_DRAIN_STEP * 1024u && 2 * slots <= KVIDX__MAP_SLOTS_MAX &&
+        kvidx__mtab_bytes(2 * slots, m->ew) <= KVIDX__SIZE_MAX &&
+        (m->next = kvidx__mtab_new(ix, 2 * slots, m->ew, 0)) != NULL) { /* may fail: tried again later */
+      m->zeroed = 0;
+      kvidx__map_zero(m, step * 16 * m->ew);
+    }
+    return KVIDX_OK;
+  }
   if (need > KVIDX__ID_LIMIT) return KVIDX_EFULL;
   ns = slots ? slots : 8;
   while (need * 4 > ns * 3) ns *= 2;
+  if (ns > KVIDX__MAP_SLOTS_MAX) return KVIDX_EFULL;
   if (kvidx__mtab_bytes(ns, m->ew) > KVIDX__SIZE_MAX) return kvidx__oom(ix); /* a 32-bit address space */
-  nt = KVIDX__CAST(kvidx__mtab *, kvidx__alloc_zeroed(ix, KVIDX__CAST(size_t, kvidx__mtab_bytes(ns, m->ew))));
-  if (!nt) return kvidx__oom(ix);
-  nt->mask = ns - 1;
-  nt->bytes = kvidx__mtab_bytes(ns, m->ew);
-  if (t && m->ew == 2 && m->kw == 1 && !m->shared) { /* seq tables: the common rehash, straight */
-    KVIDX__A(uint64_t) *o = kvidx__mtab_words(t), *w = kvidx__mtab_words(nt);
-    uint64_t mask = nt->mask;
-    for (i = 0; i < slots; i++) {
-      uint64_t k0 = kvidx__ld(&o[2 * i]), v = kvidx__ld(&o[2 * i + 1]), j;
-      if (!(m->occ ? v : k0)) continue;
-      for (j = kvidx__mix(k0 ^ ix->seed) & mask; kvidx__ld(&w[2 * j + m->occ]); j = (j + 1) & mask) {}
-      kvidx__st(&w[2 * j], k0);
-      kvidx__st(&w[2 * j + 1], v);
-    }
+  kvidx__map_settle(ix, m); /* at most two tables at once */
+  if (m->next && m->next->mask + 1 >= ns) {
+    kvidx__map_zero(m, ~KVIDX__CAST(uint64_t, 0));
+    nt = m->next;
   } else {
-    for (i = 0; t && i < slots; i++) {
-      KVIDX__A(uint64_t) *e = kvidx__mtab_words(t) + i * m->ew;
-      uint64_t tmp[8];
-      uint32_t k;
-      if (!kvidx__ld(&e[m->occ])) continue;
-      for (k = 0; k < m->ew; k++) tmp[k] = kvidx__ld(&e[k]);
-      kvidx__map_place(ix, m, nt, tmp, NULL);
-    }
+    if (m->next) kvidx__free(ix, m->next, KVIDX__CAST(size_t, m->next->bytes));
+    m->next = NULL;
+    if ((nt = kvidx__mtab_new(ix, ns, m->ew, 1)) == NULL) return kvidx__oom(ix);
   }
-  nt->retired = NULL;
-  kvidx__st_rel(&m->tab, nt);
-  if (t) {
-    if (m->shared) { /* readers may still be in it */
-      t->retired = m->retired;
-      m->retired = t;
-    } else {
-      kvidx__free(ix, t, KVIDX__CAST(size_t, t->bytes));
-    }
-  }
+  m->next = NULL;
+  kvidx__map_switch(ix, m, nt, step);
   return KVIDX_OK;
 }
 
@@ -1225,9 +1367,9 @@ KVIDX__PRIV void kvidx__map_put_at(kvidx__map *m, uint32_t at, const uint64_t *e
 }
 
 KVIDX__PRIV void kvidx__map_delete(kvidx *ix, kvidx__map *m, uint32_t at) {
-  kvidx__mtab *t = kvidx__ld(&m->tab);
+  kvidx__mtab *t = kvidx__map_tab_of(m, at);
   KVIDX__A(uint64_t) *w = kvidx__mtab_words(t);
-  uint64_t i = at, j, mask = t->mask;
+  uint64_t i = at & ~KVIDX__OLD, j, mask = t->mask;
   uint32_t k;
   if (m->shared) {
     kvidx__st(&m->moves, kvidx__ld(&m->moves) + 1);
@@ -1250,7 +1392,7 @@ KVIDX__PRIV void kvidx__map_delete(kvidx *ix, kvidx__map *m, uint32_t at) {
   if (m->shared) kvidx__st_rel(&m->moves, kvidx__ld(&m->moves) + 1);
 }
 
-KVIDX__PRIV void kvidx__map_move(kvidx__map *dst, kvidx__map *src) { /* src was never shared */
+KVIDX__PRIV void kvidx__map_move(kvidx__map *dst, kvidx__map *src) { /* src was never shared nor grown */
   kvidx__map_init(dst, src->ew, src->kw, src->occ, src->shared);
   kvidx__st(&dst->tab, kvidx__ld(&src->tab));
   dst->n = src->n;
@@ -1259,14 +1401,18 @@ KVIDX__PRIV void kvidx__map_move(kvidx__map *dst, kvidx__map *src) { /* src was 
 }
 
 KVIDX__PRIV void kvidx__map_drop(kvidx *ix, kvidx__map *m) {
-  kvidx__mtab *t = kvidx__ld(&m->tab);
+  kvidx__mtab *t = kvidx__ld(&m->tab), *o = kvidx__ld(&m->old);
   if (t) kvidx__free(ix, t, KVIDX__CAST(size_t, t->bytes));
+  if (o) kvidx__free(ix, o, KVIDX__CAST(size_t, o->bytes));
+  if (m->next) kvidx__free(ix, m->next, KVIDX__CAST(size_t, m->next->bytes));
+  m->next = NULL;
   while (m->retired) {
-    kvidx__mtab *o = m->retired;
-    m->retired = o->retired;
-    kvidx__free(ix, o, KVIDX__CAST(size_t, o->bytes));
+    kvidx__mtab *r = m->retired;
+    m->retired = r->retired;
+    kvidx__free(ix, r, KVIDX__CAST(size_t, r->bytes));
   }
   kvidx__st(&m->tab, KVIDX__CAST(kvidx__mtab *, NULL));
+  kvidx__st(&m->old, KVIDX__CAST(kvidx__mtab *, NULL));
   m->n = 0;
 }
 
@@ -1956,8 +2102,10 @@ KVIDX__PRIV void kvidx__unhold(kvidx *ix, uint32_t s, uint32_t at) { kvidx__unho
 
 KVIDX__PRIV void kvidx__clear_slot(kvidx *ix, uint32_t s) {
   kvidx__slot *sl = &ix->slots[s];
-  const kvidx__mtab *t = kvidx__ld(&sl->seqs.tab);
+  const kvidx__mtab *t;
   uint64_t i;
+  kvidx__map_settle(ix, &sl->seqs);
+  t = kvidx__ld(&sl->seqs.tab);
   for (i = 0; t && sl->blocks && i <= t->mask;) { /* deletions shift later entries back: stay on i */
     if (kvidx__ld(&kvidx__map_at(&sl->seqs, KVIDX__CAST(uint32_t, i))[1])) kvidx__unhold(ix, s, KVIDX__CAST(uint32_t, i));
     else i++;
@@ -2254,8 +2402,21 @@ typedef struct {
   uint32_t nw;        /* bitset words in play for this query               */
 } kvidx__rctx;
 
+/* Reader: one child-map table's run for key, or NONE (bounded: one lap). */
+KVIDX__PRIV uint32_t kvidx__child_scan(const kvidx__mtab *t, const uint64_t *key, uint64_t h) {
+  uint64_t i, steps;
+  for (i = h & t->mask, steps = 0; steps <= t->mask; i = (i + 1) & t->mask, steps++) {
+    KVIDX__A(uint64_t) *e = kvidx__mtab_words(t) + i * 3;
+    uint64_t k0 = kvidx__ld_acq(&e[0]);
+    if (!k0) break;
+    if (k0 == key[0] && kvidx__ld(&e[1]) == key[1]) return KVIDX__CAST(uint32_t, kvidx__ld(&e[2]));
+  }
+  return KVIDX__NONE;
+}
+
 /* Reader: the run below (r, off) whose first local is `local`, or NONE.  A
- * miss is believed only if no deletion ran meanwhile and the table stayed. */
+ * miss is believed only if no deletion or drain step ran meanwhile and the
+ * tables stayed. */
 KVIDX__PRIV uint32_t kvidx__child_probe(const kvidx *cix, kvidx__rctx *rc, uint32_t r, uint32_t off, uint64_t local) {
   kvidx *ix = KVIDX__MUT(cix);
   uint64_t key[2], h;
@@ -2263,23 +2424,16 @@ KVIDX__PRIV uint32_t kvidx__child_probe(const kvidx *cix, kvidx__rctx *rc, uint3
   kvidx__child_key(key, r, off, local);
   h = kvidx__key_hash(ix->seed, key, 2);
   for (tries = 0; tries < rc->max_tries; tries++) {
-    uint32_t mv = kvidx__ld_acq(&ix->children.moves), found = KVIDX__NONE;
-    kvidx__mtab *t = kvidx__ld_acq(&ix->children.tab);
-    uint64_t i, steps;
+    uint32_t mv = kvidx__ld_acq(&ix->children.moves), found;
+    kvidx__mtab *t = kvidx__ld_acq(&ix->children.tab), *o = kvidx__ld_acq(&ix->children.old);
     if (tries) kvidx__backoff(tries);
     if (mv & 1) continue;
     if (!t) return KVIDX__NONE;
-    for (i = h & t->mask, steps = 0; steps <= t->mask; i = (i + 1) & t->mask, steps++) {
-      KVIDX__A(uint64_t) *e = kvidx__mtab_words(t) + i * 3;
-      uint64_t k0 = kvidx__ld_acq(&e[0]);
-      if (!k0) break;
-      if (k0 == key[0] && kvidx__ld(&e[1]) == key[1]) {
-        found = KVIDX__CAST(uint32_t, kvidx__ld(&e[2]));
-        break;
-      }
-    }
+    found = kvidx__child_scan(t, key, h);
+    if (found == KVIDX__NONE && o) found = kvidx__child_scan(o, key, h); /* not moved to t yet */
     kvidx__fence_acq();
-    if (kvidx__ld(&ix->children.moves) == mv && kvidx__ld(&ix->children.tab) == t) return found;
+    if (kvidx__ld(&ix->children.moves) == mv && kvidx__ld(&ix->children.tab) == t && kvidx__ld(&ix->children.old) == o)
+      return found;
   }
   rc->gave_up = 1;
   return KVIDX__NONE;
@@ -2979,14 +3133,13 @@ KVIDX_DEF int kvidx_get_stats(const kvidx *ix, kvidx_stats *st) {
 /* sign -1: take every seq out of its holding's bits/counts; +1: put it back. */
 KVIDX__PRIV int kvidx__check_seqs(kvidx *ix, uint32_t s, int sign) {
   const kvidx__slot *sl = &ix->slots[s];
-  const kvidx__mtab *t = kvidx__ld(&KVIDX__MUT(ix)->slots[s].seqs.tab);
-  uint64_t i, seen = 0;
-  for (i = 0; t && i <= t->mask; i++) {
-    KVIDX__A(uint64_t) *e = kvidx__map_at(&sl->seqs, KVIDX__CAST(uint32_t, i)), *h;
+  uint64_t seen = 0;
+  uint32_t i;
+  for (i = kvidx__map_next(&sl->seqs, KVIDX__NONE); i != KVIDX__NONE; i = kvidx__map_next(&sl->seqs, i)) {
+    KVIDX__A(uint64_t) *e = kvidx__map_at(&sl->seqs, i), *h;
     uint64_t pos = kvidx__ld(&e[1]), bit;
     uint32_t r, off, tiers, at;
     kvidx__run *rn;
-    if (!pos) continue;
     seen++;
     r = KVIDX__POS_RUN(pos);
     off = KVIDX__POS_OFF(pos);
@@ -3018,10 +3171,9 @@ KVIDX__PRIV int kvidx__check_seqs(kvidx *ix, uint32_t s, int sign) {
 }
 
 KVIDX__PRIV int kvidx__check_holdings(kvidx *ix, int after_sub) {
-  const kvidx__mtab *t = kvidx__ld(&ix->holds.tab);
-  uint64_t i;
-  for (i = 0; t && i <= t->mask; i++) {
-    KVIDX__A(uint64_t) *h = kvidx__map_at(&ix->holds, KVIDX__CAST(uint32_t, i));
+  uint32_t i;
+  for (i = kvidx__map_next(&ix->holds, KVIDX__NONE); i != KVIDX__NONE; i = kvidx__map_next(&ix->holds, i)) {
+    KVIDX__A(uint64_t) *h = kvidx__map_at(&ix->holds, i);
     uint64_t key = kvidx__ld(&h[0]), held = kvidx__ld(&h[KVIDX__H_HELD]), multi = kvidx__ld(&h[KVIDX__H_MULTI]);
     uint64_t dev = kvidx__ld(&h[ix->hdev]);
     uint32_t s, r, j;
@@ -3047,12 +3199,28 @@ KVIDX__PRIV int kvidx__check_holdings(kvidx *ix, int after_sub) {
 }
 
 KVIDX__PRIV int kvidx__check_multi(kvidx *ix) { /* after the subtraction every count is zero */
-  const kvidx__mtab *t = kvidx__ld(&ix->multi.tab);
-  uint64_t i;
-  for (i = 0; t && i <= t->mask; i++) {
-    KVIDX__A(uint64_t) *e = kvidx__map_at(&ix->multi, KVIDX__CAST(uint32_t, i));
-    if (kvidx__ld(&e[0])) KVIDX__CHK(kvidx__ld(&e[2]) == 0);
+  uint32_t i;
+  for (i = kvidx__map_next(&ix->multi, KVIDX__NONE); i != KVIDX__NONE; i = kvidx__map_next(&ix->multi, i))
+    KVIDX__CHK(kvidx__ld(&kvidx__map_at(&ix->multi, i)[2]) == 0);
+  return 0;
+}
+
+/* A map: n entries over both tables, each found where it is, at most 3/4
+ * full, old's swept places free. */
+KVIDX__PRIV int kvidx__check_map(kvidx *ix, const kvidx__map *m) {
+  kvidx__map *mm = KVIDX__UNC(kvidx__map *, m);
+  const kvidx__mtab *t = kvidx__ld(&mm->tab), *o = kvidx__ld(&mm->old);
+  uint64_t n = 0, i;
+  uint32_t at, k;
+  for (at = kvidx__map_next(m, KVIDX__NONE); at != KVIDX__NONE; at = kvidx__map_next(m, at)) {
+    uint64_t key[2];
+    for (k = 0; k < m->kw; k++) key[k] = kvidx__ld(&kvidx__map_at(m, at)[k]);
+    KVIDX__CHK(kvidx__map_find(ix, m, key) == at);
+    n++;
   }
+  KVIDX__CHK(n == m->n && (!t || n * 4 <= (t->mask + 1) * 3) && (!o || t));
+  for (i = 0; o && i < m->drained; i++)
+    KVIDX__CHK(!kvidx__ld(&kvidx__mtab_words(o)[((m->drain_from + i) & o->mask) * m->ew + m->occ]));
   return 0;
 }
 
@@ -3122,6 +3290,11 @@ KVIDX_DEF int kvidx__check(const kvidx *cix) {
     total += sl->blocks;
   }
   KVIDX__CHK(used == ix->slots_used && total == ix->blocks && ix->slot_map.n == used);
+  if ((rc = kvidx__check_map(ix, &ix->slot_map)) != 0 || (rc = kvidx__check_map(ix, &ix->children)) != 0 ||
+      (rc = kvidx__check_map(ix, &ix->holds)) != 0 || (rc = kvidx__check_map(ix, &ix->multi)) != 0)
+    return rc;
+  for (s = 0; s < ix->max_workers; s++)
+    if (ix->slots[s].used && (rc = kvidx__check_map(ix, &ix->slots[s].seqs)) != 0) return rc;
   if ((rc = kvidx__check_holdings(ix, 0)) != 0 || (rc = kvidx__check_runs(ix)) != 0) return rc;
   for (s = 0; s < ix->max_workers; s++)
     if (ix->slots[s].used && (rc = kvidx__check_seqs(ix, s, -1)) != 0) return rc;
@@ -3293,16 +3466,16 @@ KVIDX__PRIV uint64_t kvidx__dump_fake_seq(kvidx__dumper *d, uint64_t pl) {
 KVIDX__PRIV int kvidx__dump_worker(kvidx__dumper *d) {
   kvidx *ix = d->ix;
   const kvidx__map *seqs = &ix->slots[d->slot].seqs;
-  const kvidx__mtab *t = kvidx__ld(&ix->slots[d->slot].seqs.tab);
   uint64_t i;
+  uint32_t at;
   int rc;
   kvidx__map_drop(ix, &d->map); /* a fresh map per worker */
   kvidx__map_drop(ix, &d->fakes);
   d->recs.n = d->stack.n = d->fake.n = 0;
   d->next_id = 1;
-  for (i = 0; t && i <= t->mask; i++) {
-    uint64_t pos = kvidx__ld(&kvidx__map_at(seqs, KVIDX__CAST(uint32_t, i))[1]);
-    if (pos && (rc = kvidx__vec_push(ix, &d->recs, kvidx__place_depth(ix, KVIDX__PLACE(KVIDX__POS_RUN(pos), KVIDX__POS_OFF(pos))) << 32 | i)) != KVIDX_OK)
+  for (at = kvidx__map_next(seqs, KVIDX__NONE); at != KVIDX__NONE; at = kvidx__map_next(seqs, at)) {
+    uint64_t pos = kvidx__ld(&kvidx__map_at(seqs, at)[1]);
+    if ((rc = kvidx__vec_push(ix, &d->recs, kvidx__place_depth(ix, KVIDX__PLACE(KVIDX__POS_RUN(pos), KVIDX__POS_OFF(pos))) << 32 | at)) != KVIDX_OK)
       return rc;
   }
   if (d->recs.n > 1) qsort(d->recs.v, d->recs.n, 8, kvidx__cmp_u64);
