@@ -1154,15 +1154,16 @@ KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__map_at(const kvidx__map *m, uint32_t at) 
 KVIDX__PRIV uint32_t kvidx__mtab_probe(const kvidx__map *m, const kvidx__mtab *t, const uint64_t *key, uint64_t h,
                                        uint32_t *free_at) {
   KVIDX__A(uint64_t) *w = kvidx__mtab_words(t);
-  uint64_t i;
+  uint64_t i, ew = m->ew, occ = m->occ;
   uint32_t k;
   for (i = h & t->mask;; i = (i + 1) & t->mask) {
-    KVIDX__A(uint64_t) *e = w + i * m->ew;
-    if (!kvidx__ld(&e[m->occ])) {
+    KVIDX__A(uint64_t) *e = w + i * ew;
+    if (!kvidx__ld(&e[occ])) {
       if (free_at) *free_at = KVIDX__CAST(uint32_t, i);
       return KVIDX__NONE;
     }
-    for (k = 0; k < m->kw && kvidx__ld(&e[k]) == key[k]; k++) {}
+    if (kvidx__ld(&e[0]) != key[0]) continue; /* most places differ in the first word */
+    for (k = 1; k < m->kw && kvidx__ld(&e[k]) == key[k]; k++) {}
     if (k == m->kw) return KVIDX__CAST(uint32_t, i);
   }
 }
@@ -1235,30 +1236,39 @@ KVIDX__PRIV void kvidx__map_retire(kvidx *ix, kvidx__map *m, kvidx__mtab *t) {
  * then on to the next free place (see the picture above). */
 KVIDX__PRIV void kvidx__map_drain(kvidx *ix, kvidx__map *m, uint64_t budget) {
   kvidx__mtab *o = kvidx__ld(&m->old), *t = kvidx__ld(&m->tab);
-  KVIDX__A(uint64_t) *w;
-  uint64_t size, e[8];
+  KVIDX__A(uint64_t) *w, *tw;
+  uint64_t size, e[8], at, end, ew = m->ew, occ = m->occ, omask, tmask;
   uint32_t k;
   if (!o) return;
   w = kvidx__mtab_words(o);
+  tw = kvidx__mtab_words(t);
   size = o->mask + 1;
+  omask = o->mask;
+  tmask = t->mask;
   if (m->shared) {
     kvidx__st(&m->moves, kvidx__ld(&m->moves) + 1);
     kvidx__fence_rel();
   }
-  while (m->drained < size) {
-    KVIDX__A(uint64_t) *x = w + ((m->drain_from + m->drained) & o->mask) * m->ew;
-    if (!kvidx__ld(&x[m->occ])) {
+  for (at = m->drained, end = m->drain_from; at < size; at++) { /* locals: the atomics below pin fields in memory */
+    KVIDX__A(uint64_t) *x = w + ((end + at) & omask) * ew;
+    if (!kvidx__ld(&x[occ])) {
       if (!budget) break; /* stop before a free place: no cluster is cut */
+    } else if (ew == 2 && m->kw == 1 && !m->shared) { /* seq tables: the common case, straight */
+      uint64_t k0 = kvidx__ld(&x[0]), v = kvidx__ld(&x[1]), j;
+      for (j = kvidx__mix(k0 ^ ix->seed) & tmask; kvidx__ld(&tw[2 * j + occ]); j = (j + 1) & tmask) {}
+      kvidx__st(&tw[2 * j], k0);
+      kvidx__st(&tw[2 * j + 1], v);
+      kvidx__st(&x[occ], KVIDX__CAST(uint64_t, 0));
     } else {
-      for (k = 0; k < m->ew; k++) e[k] = kvidx__ld(&x[k]);
+      for (k = 0; k < ew; k++) e[k] = kvidx__ld(&x[k]);
       kvidx__map_place(ix, m, t, e, NULL);
-      kvidx__st(&x[m->occ], KVIDX__CAST(uint64_t, 0));
+      kvidx__st(&x[occ], KVIDX__CAST(uint64_t, 0));
       if (m->shared) KVIDX_TEST_HOOK(ix, 8); /* an entry between the tables */
     }
     if (budget) budget--;
-    m->drained++;
   }
-  if (m->drained == size) {
+  m->drained = at;
+  if (at == size) {
     kvidx__st_rel(&m->old, KVIDX__CAST(kvidx__mtab *, NULL));
     kvidx__map_retire(ix, m, o);
   }
@@ -1305,7 +1315,7 @@ KVIDX__PRIV kvidx__mtab *kvidx__mtab_new(kvidx *ix, uint64_t slots, uint32_t ew,
 }
 
 /* Room for `extra` more entries, at most 3/4 full.  Growth is spread over
- * the reservations: past 5/8 full, a table of twice the size is allocated
+ * the reservations: past 11/16 full, a table of twice the size is allocated
  * and zeroed a share per reservation (twice the pace it needs), then takes
  * the inserts while the old one drains (see above).  Small tables and a
  * reservation that outgrows all that are done at once. */
@@ -1313,19 +1323,19 @@ KVIDX__PRIV int kvidx__map_reserve(kvidx *ix, kvidx__map *m, uint64_t extra) {
   kvidx__mtab *t = kvidx__ld(&m->tab), *nt;
   uint64_t need = m->n + extra, slots = t ? t->mask + 1 : 0, ns, step = 16 * extra + KVIDX_TEST_DRAIN_STEP;
   if (kvidx__ld(&m->old)) kvidx__map_drain(ix, m, step);
-  if (m->next && kvidx__map_zero(m, step * 16 * m->ew) && !kvidx__ld(&m->old)) {
+  if (m->next && kvidx__map_zero(m, step * 32 * m->ew) && !kvidx__ld(&m->old)) {
     kvidx__map_switch(ix, m, m->next, step);
     m->next = NULL;
     t = kvidx__ld(&m->tab);
     slots = t->mask + 1;
   }
   if (need * 4 <= slots * 3) {
-    if (!m->next && !kvidx__ld(&m->old) && need * 8 > slots * 5 &&
+    if (!m->next && !kvidx__ld(&m->old) && need * 16 > slots * 11 &&
         kvidx__mtab_bytes(slots, m->ew) >= KVIDX_TEST_DRAIN_STEP * 1024u && 2 * slots <= KVIDX__MAP_SLOTS_MAX &&
         kvidx__mtab_bytes(2 * slots, m->ew) <= KVIDX__SIZE_MAX &&
         (m->next = kvidx__mtab_new(ix, 2 * slots, m->ew, 0)) != NULL) { /* may fail: tried again later */
       m->zeroed = 0;
-      kvidx__map_zero(m, step * 16 * m->ew);
+      kvidx__map_zero(m, step * 32 * m->ew);
     }
     return KVIDX_OK;
   }
