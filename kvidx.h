@@ -130,8 +130,15 @@
  *
  *   Every map is one open-addressing table (section 2): linear probing from
  *   a home keyed by a per-index random seed (cfg.seed), load <= 3/4,
- *   backward-shift deletion.  All memory comes from the allocation hooks, or
- *   in caller-buffer mode from the buffer through size classes.
+ *   backward-shift deletion.  Growth never stops a call for a whole rehash:
+ *
+ *     past 11/16 full      tab [####### ]   next [ zeroed a share per call ]
+ *     next zeroed          old [####### ]   tab  [ every insert goes here  ]
+ *                              ^ each reservation moves a bounded share of
+ *                                old's places (whole clusters) into tab
+ *
+ *   All memory comes from the allocation hooks, or in caller-buffer mode
+ *   from the buffer through size classes.
  *
  *   Memory: a held block costs its seq entry (16-21 bytes at the table's
  *   load) plus its share of the run it sits in (8 bytes per block of locals,
@@ -139,7 +146,8 @@
  *   nobody holds are freed as soon as nothing hangs below them.
  *
  *   Concurrency: readers copy one run at a time under its seqlock and probe
- *   the child map, validated by the map's deletion seqlock (section 7).
+ *   the child map (its table, then the one draining), validated by the map's
+ *   seqlock around deletions and drain steps (section 7).
  *
  * PRODUCTION EVENTS (see the declarations for details)
  *   kvidx_apply(ix, &ev)       one engine event with its id and generation:
@@ -173,6 +181,7 @@
  *          Stream generations in kvidx_event (.generation) and
  *          kvidx_last_event_gen; restarts only on a generation change.
  *          64-bit slot generations; slot identities under a seqlock.
+ *          Maps grow incrementally (no store pays for a whole rehash).
  *   0.1.0  first release: hashing, reference model, radix and positional
  *          indexes, caller-buffer mode, seqlock reader path, event ids,
  *          storage tiers, eviction policies and TTL mode, dumps and binary
@@ -2600,7 +2609,9 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
  * only as runs and word chunks (type-stable), so a stale id still names
  * valid atomic words, and the seqlock or the parent / offset / first-local
  * check tells it is stale.  Retired child-map tables stay until destroy
- * (each is half the next: together less than the live one).  Retries are
+ * (each is half the next: together less than the live one); while the child
+ * map grows, readers probe its new table, then the draining one, and a miss
+ * stands only if neither table pointer nor the moves seqlock changed.  Retries are
  * bounded (KVIDX__MAX_TRIES, about a second of backoff); a reader that runs
  * out reports a shorter answer and KVIDX_EAGAIN from kvidx_find_matches_ex,
  * never a wrong worker or a crash.  Every word a racing reader loads is
