@@ -629,6 +629,11 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
 #define KVIDX_DEF
 #endif
 #define KVIDX__PRIV static
+#if defined(__GNUC__) || defined(__clang__)
+#define KVIDX__HOT static inline __attribute__((always_inline)) /* a few hot, small paths */
+#else
+#define KVIDX__HOT static
+#endif
 
 #define KVIDX__NONE 0xFFFFFFFFu     /* "no id": the root as a parent, end of list */
 #define KVIDX__SIZE_MAX (~KVIDX__CAST(size_t, 0))
@@ -997,7 +1002,7 @@ KVIDX__PRIV size_t kvidx__align(size_t n) { return (n + 63) & ~KVIDX__CAST(size_
  * Segments are never moved or freed before destroy, so an index a reader
  * picked up, once bounds-checked, always names valid atomic memory (freed
  * elements are only reused as elements of the same array: type-stable). */
-KVIDX__PRIV void *kvidx__grow_get(const kvidx__grow *g, uint64_t i, uint64_t count, int reader) {
+KVIDX__HOT void *kvidx__grow_get(const kvidx__grow *g, uint64_t i, uint64_t count, int reader) {
   uint64_t t = (i >> g->shift0) + 1, off;
   unsigned k;
   unsigned char *base;
@@ -1042,7 +1047,7 @@ KVIDX__PRIV void kvidx__grow_drop(kvidx *ix, kvidx__grow *g) {
 /* ---- word chunks: runs' locals and holder lists ---------------------------
  * Chunks of 1 << c atomic u64 words, aligned to their size (so one never
  * crosses a segment), a free list per class (the link lives in word 0). */
-KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__word(const kvidx *ix, uint32_t i) {
+KVIDX__HOT KVIDX__A(uint64_t) *kvidx__word(const kvidx *ix, uint32_t i) {
   return KVIDX__RCAST(KVIDX__A(uint64_t) *, kvidx__grow_get(&ix->words.g, i, 1, 0));
 }
 
@@ -1327,7 +1332,9 @@ KVIDX__PRIV kvidx__mtab *kvidx__mtab_new(kvidx *ix, uint64_t slots, uint32_t ew,
  * the reservations: past 11/16 full, a table of twice the size is allocated
  * and zeroed a share per reservation (twice the pace it needs), then takes
  * the inserts while the old one drains (see above).  Small tables and a
- * reservation that outgrows all that are done at once. */
+ * reservation that outgrows all that are done at once; so is every growth
+ * in caller-buffer mode, whose size bound counts one growing table at a
+ * time (spread growth would keep many workers' tables doubled at once). */
 KVIDX__PRIV int kvidx__map_reserve(kvidx *ix, kvidx__map *m, uint64_t extra) {
   kvidx__mtab *t = kvidx__ld(&m->tab), *nt;
   uint64_t need = m->n + extra, slots = t ? t->mask + 1 : 0, ns, step = 16 * extra + KVIDX_TEST_DRAIN_STEP;
@@ -1339,7 +1346,7 @@ KVIDX__PRIV int kvidx__map_reserve(kvidx *ix, kvidx__map *m, uint64_t extra) {
     slots = t->mask + 1;
   }
   if (need * 4 <= slots * 3) {
-    if (!m->next && !kvidx__ld(&m->old) && need * 16 > slots * 11 &&
+    if (!ix->buffer_mode && !m->next && !kvidx__ld(&m->old) && need * 16 > slots * 11 &&
         kvidx__mtab_bytes(slots, m->ew) >= KVIDX_TEST_DRAIN_STEP * 1024u && 2 * slots <= KVIDX__MAP_SLOTS_MAX &&
         kvidx__mtab_bytes(2 * slots, m->ew) <= KVIDX__SIZE_MAX &&
         (m->next = kvidx__mtab_new(ix, 2 * slots, m->ew, 0)) != NULL) { /* may fail: tried again later */
@@ -1363,7 +1370,7 @@ KVIDX__PRIV int kvidx__map_reserve(kvidx *ix, kvidx__map *m, uint64_t extra) {
     if ((nt = kvidx__mtab_new(ix, ns, m->ew, 1)) == NULL) return kvidx__oom(ix);
   }
   m->next = NULL;
-  kvidx__map_switch(ix, m, nt, step);
+  kvidx__map_switch(ix, m, nt, ix->buffer_mode ? ~KVIDX__CAST(uint64_t, 0) : step);
   return KVIDX_OK;
 }
 
@@ -1388,15 +1395,28 @@ KVIDX__PRIV void kvidx__map_put_at(kvidx__map *m, uint32_t at, const uint64_t *e
 KVIDX__PRIV void kvidx__map_delete(kvidx *ix, kvidx__map *m, uint32_t at) {
   kvidx__mtab *t = kvidx__map_tab_of(m, at);
   KVIDX__A(uint64_t) *w = kvidx__mtab_words(t);
-  uint64_t i = at & ~KVIDX__OLD, j, mask = t->mask;
+  uint64_t i = at & ~KVIDX__OLD, j, mask = t->mask, h;
   uint32_t k;
   if (m->shared) {
     kvidx__st(&m->moves, kvidx__ld(&m->moves) + 1);
     kvidx__fence_rel();
   }
   kvidx__st(&w[i * m->ew + m->occ], KVIDX__CAST(uint64_t, 0));
+  if (m->kw == 1 && !m->shared) { /* seq tables and holdings: the common case, straight */
+    uint64_t ew = m->ew, occ = m->occ, seed = ix->seed;
+    for (j = (i + 1) & mask; kvidx__ld(&w[j * ew + occ]); j = (j + 1) & mask) {
+      h = kvidx__mix(kvidx__ld(&w[j * ew]) ^ seed) & mask;
+      if (((j - h) & mask) >= ((j - i) & mask)) {
+        for (k = 0; k < ew; k++) kvidx__st(&w[i * ew + k], kvidx__ld(&w[j * ew + k]));
+        kvidx__st(&w[j * ew + occ], KVIDX__CAST(uint64_t, 0));
+        i = j;
+      }
+    }
+    m->n--;
+    return;
+  }
   for (j = (i + 1) & mask; kvidx__ld(&w[j * m->ew + m->occ]); j = (j + 1) & mask) {
-    uint64_t key[2], h;
+    uint64_t key[2];
     key[0] = kvidx__ld(&w[j * m->ew]);
     key[1] = m->kw > 1 ? kvidx__ld(&w[j * m->ew + 1]) : 0;
     h = kvidx__key_hash(ix->seed, key, m->kw) & mask;
@@ -1658,7 +1678,7 @@ KVIDX__PRIV void kvidx__slot_release(kvidx *ix, uint32_t s) {
   (KVIDX__CAST(uint32_t, len) | KVIDX__CAST(uint32_t, poff) << 8 | KVIDX__CAST(uint32_t, lc) << 16 |          \
    KVIDX__CAST(uint32_t, hc) << 24)
 
-KVIDX__PRIV kvidx__run *kvidx__run_at(const kvidx *ix, uint32_t r) { /* writer: in range */
+KVIDX__HOT kvidx__run *kvidx__run_at(const kvidx *ix, uint32_t r) { /* writer: in range */
   return KVIDX__RCAST(kvidx__run *, kvidx__grow_get(&ix->runs, r, 1, 0));
 }
 
