@@ -1217,10 +1217,15 @@ KVIDX__PRIV uint32_t kvidx__map_next(const kvidx__map *m, uint32_t pos) {
   return KVIDX__NONE;
 }
 
-/* Writer: start loading the line where a probe with hash h begins. */
-KVIDX__PRIV void kvidx__map_prefetch(const kvidx__map *m, uint64_t h) {
+/* Writer: start loading the line where a probe with hash h begins (and,
+ * for a deletion, whose backward shift reads on, the line after it). */
+KVIDX__PRIV void kvidx__map_prefetch(const kvidx__map *m, uint64_t h, int lines) {
   const kvidx__mtab *t = kvidx__ld(&KVIDX__UNC(kvidx__map *, m)->tab);
-  if (t) KVIDX__PREFETCH(kvidx__mtab_words(t) + (h & t->mask) * m->ew);
+  if (t) {
+    KVIDX__A(uint64_t) *w = kvidx__mtab_words(t) + (h & t->mask) * m->ew;
+    KVIDX__PREFETCH(w);
+    if (lines > 1) KVIDX__PREFETCH(w + 8);
+  }
 }
 
 KVIDX__PRIV void kvidx__map_place(const kvidx *ix, const kvidx__map *m, kvidx__mtab *t, const uint64_t *e,
@@ -2315,12 +2320,12 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
   hc.run = hc.at = KVIDX__NONE;
   kvidx__cursor_at(ix, &cur, r, off);
   for (i = 0; i < n && i < KVIDX__AHEAD; i++)
-    kvidx__map_prefetch(&sl->seqs, homes[i] = kvidx__key_hash(ix->seed, &b[i].seq, 1));
+    kvidx__map_prefetch(&sl->seqs, homes[i] = kvidx__key_hash(ix->seed, &b[i].seq, 1), 1);
   for (i = 0; i < n; i++) { /* pass 1: new blocks; held ones are left as they are */
     uint32_t free_at = KVIDX__NONE, at;
     uint64_t e[4], h = homes[i % KVIDX__AHEAD];
     if (i + KVIDX__AHEAD < n) /* the seq table's line for a block further on */
-      kvidx__map_prefetch(&sl->seqs, homes[i % KVIDX__AHEAD] = kvidx__key_hash(ix->seed, &b[i + KVIDX__AHEAD].seq, 1));
+      kvidx__map_prefetch(&sl->seqs, homes[i % KVIDX__AHEAD] = kvidx__key_hash(ix->seed, &b[i + KVIDX__AHEAD].seq, 1), 1);
     at = kvidx__map_slot(&sl->seqs, &b[i].seq, h, &free_at);
     if (at != KVIDX__NONE) { /* the run goes on from the held block */
       uint64_t pos = kvidx__ld(&kvidx__map_at(&sl->seqs, at)[1]);
@@ -2375,11 +2380,11 @@ KVIDX__PRIV int kvidx__ix_remove(kvidx *ix, uint64_t id, uint32_t rank, const ui
   kvidx__hcache hc;
   hc.run = hc.at = KVIDX__NONE;
   for (i = 0; s != KVIDX__NONE && i < n && i < KVIDX__AHEAD; i++)
-    kvidx__map_prefetch(&ix->slots[s].seqs, kvidx__key_hash(ix->seed, &seq[i], 1));
+    kvidx__map_prefetch(&ix->slots[s].seqs, kvidx__key_hash(ix->seed, &seq[i], 1), 2);
   for (i = 0; i < n; i++) {
     kvidx__slot *sl;
     if (s != KVIDX__NONE && i + KVIDX__AHEAD < n)
-      kvidx__map_prefetch(&ix->slots[s].seqs, kvidx__key_hash(ix->seed, &seq[i + KVIDX__AHEAD], 1));
+      kvidx__map_prefetch(&ix->slots[s].seqs, kvidx__key_hash(ix->seed, &seq[i + KVIDX__AHEAD], 1), 2);
     uint32_t at, tiers, tb;
     KVIDX__A(uint64_t) *e;
     uint64_t pos;
