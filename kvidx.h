@@ -44,7 +44,8 @@
  *   KVIDX_TEST_GEN_STEP   test-only: how far each slot assignment advances the
  *                         64-bit slot generation (default 1).
  *   KVIDX_TEST_HOOK(ix, where)  test-only: called inside writer critical
- *                         sections (deterministic interleaving tests).
+ *                         sections and mid-way through kvidx__check
+ *                         (deterministic interleaving tests).
  *   KVIDX_TEST_DRAIN_STEP test-only: places of a grown map's old table each
  *                         reservation drains at least (default 64; 1 keeps
  *                         growths in flight for long, for the tests).
@@ -463,7 +464,8 @@ KVIDX_API const char *kvidx_strerror(int status);
 KVIDX_API const char *kvidx_version(void); /* "0.2.0" */
 
 /* Invariant checker (rax style): 0 if every internal invariant holds, else a
- * negative line-number-like code.  O(size); for tests.  Not thread-safe. */
+ * negative line-number-like code.  O(size); for tests.  No writer may run
+ * meanwhile; readers may (it changes nothing they read). */
 KVIDX_API int kvidx__check(const kvidx *ix);
 /* Test hook for the deterministic interleaving test: find_matches that does
  * not retry; *retry = 1 when a probe met a write in progress (the answer is
@@ -1282,7 +1284,7 @@ KVIDX__PRIV void kvidx__map_drain(kvidx *ix, kvidx__map *m, uint64_t budget) {
       for (k = 0; k < ew; k++) e[k] = kvidx__ld(&x[k]);
       kvidx__map_place(ix, m, t, e, NULL);
       kvidx__st(&x[occ], KVIDX__CAST(uint64_t, 0));
-      if (m->shared) KVIDX_TEST_HOOK(ix, 8); /* an entry between the tables */
+      if (m->shared) KVIDX_TEST_HOOK(ix, 9); /* an entry between the tables */
     }
     if (budget) budget--;
   }
@@ -2616,7 +2618,10 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
  *    different workers may come from different threads at once.  They
  *    serialize on one short spinlock: runs, holder lists and the child map
  *    are shared by every worker (see the README on writer scaling).
- *  - create / init_buffer / destroy / snapshot_read / kvidx__check: alone.
+ *  - create / init_buffer / destroy: alone.  snapshot_read / kvidx__check:
+ *    no writer at the same time, readers may query (the reader-visible words
+ *    change only through the writer paths; the checker's recounts go through
+ *    writer-only words and are put back).
  *    KVIDX_REFERENCE and KVIDX_NO_THREADS builds: one thread.
  * What a reader sees.  Each run it reads is a consistent copy (the run's
  * seqlock even and unchanged around it: shape, locals, holder entries).  A
@@ -3271,7 +3276,7 @@ KVIDX__PRIV int kvidx__check_map(kvidx *ix, const kvidx__map *m) {
 }
 
 KVIDX__PRIV int kvidx__check_runs(kvidx *ix) {
-  uint32_t r, q, live = 0, freed = 0;
+  uint32_t r, live = 0, freed = 0;
   size_t entries = 0, holders = 0;
   for (r = 0; r < ix->runs_hw; r++) {
     kvidx__run *rn = kvidx__run_at(ix, r);
@@ -3304,16 +3309,23 @@ KVIDX__PRIV int kvidx__check_runs(kvidx *ix) {
     KVIDX__CHK(r < ix->runs_hw && ++freed <= ix->runs_hw && KVIDX__LEN(kvidx__ld(&kvidx__run_at(ix, r)->shape)) == 0);
   }
   KVIDX__CHK(live == ix->runs_live && live + freed == ix->runs_hw && entries == ix->entries);
-  /* kids: take each live run off its parent's count, check zero, put back */
-  for (q = 0; q < 2; q++) {
-    for (r = 0; r < ix->runs_hw; r++) {
-      kvidx__run *rn = kvidx__run_at(ix, r);
-      uint32_t parent = kvidx__ld(&rn->parent);
-      if (KVIDX__LEN(kvidx__ld(&rn->shape)) && parent != KVIDX__NONE)
-        kvidx__kids_add(ix, parent, q ? 1u : ~0u);
-    }
-    for (r = 0; r < ix->runs_hw && !q; r++)
-      if (KVIDX__LEN(kvidx__ld(&kvidx__run_at(ix, r)->shape)) && kvidx__ld(&kvidx__run_at(ix, r)->kids)) freed = KVIDX__NONE;
+  /* kids: count each live run's children in its next_free (writer-only and
+   * unused while the run lives; every live run's parent lives, see above),
+   * compare, reset.  kids itself stays as it is: readers beside the checker
+   * skip the child map below a run whose kids read 0. */
+  for (r = 0; r < ix->runs_hw; r++)
+    if (KVIDX__LEN(kvidx__ld(&kvidx__run_at(ix, r)->shape))) kvidx__run_at(ix, r)->next_free = 0;
+  for (r = 0; r < ix->runs_hw; r++) {
+    kvidx__run *rn = kvidx__run_at(ix, r);
+    uint32_t parent = kvidx__ld(&rn->parent);
+    if (KVIDX__LEN(kvidx__ld(&rn->shape)) && parent != KVIDX__NONE) kvidx__run_at(ix, parent)->next_free++;
+  }
+  KVIDX_TEST_HOOK(ix, 8); /* the checker, its counts taken apart */
+  for (r = 0; r < ix->runs_hw; r++) {
+    kvidx__run *rn = kvidx__run_at(ix, r);
+    if (!KVIDX__LEN(kvidx__ld(&rn->shape))) continue;
+    if (rn->next_free != kvidx__ld(&rn->kids)) freed = KVIDX__NONE;
+    rn->next_free = KVIDX__NONE;
   }
   KVIDX__CHK(freed != KVIDX__NONE);
   KVIDX__CHK(holders == ix->holds.n && ix->children.n == live);
@@ -3346,6 +3358,7 @@ KVIDX_DEF int kvidx__check(const kvidx *cix) {
     if (ix->slots[s].used && (rc = kvidx__check_seqs(ix, s, -1)) != 0) return rc;
   rc = kvidx__check_holdings(ix, 1);
   if (!rc) rc = kvidx__check_multi(ix);
+  KVIDX_TEST_HOOK(ix, 8); /* the checker, its counts taken apart */
   for (s = 0; s < ix->max_workers; s++)
     if (ix->slots[s].used) kvidx__check_seqs(ix, s, 1);
   if (rc) return rc;
