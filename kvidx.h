@@ -793,8 +793,9 @@ typedef struct {
   uint32_t next_free;         /* writer: free list                             */
 } kvidx__run;
 
-/* A worker slot: the reader-visible identity (seqlocked) and the writer's
- * per-worker state. */
+/* A worker slot's identity, what readers load: 32 bytes, two to a cache
+ * line, in an array of their own (the writer's per-slot state below
+ * changes on every store and would share their lines). */
 typedef struct {
   KVIDX__A(uint32_t) ver;  /* seqlock over id, rank, gen                    */
   KVIDX__A(uint32_t) rank;
@@ -802,6 +803,11 @@ typedef struct {
   KVIDX__A(uint64_t) gen;  /* assignment generation: readers skip slots
                               assigned after their query began (64 bits:
                               never wraps)                                 */
+  uint64_t pad_;
+} kvidx__ident;
+
+/* A worker slot: the writer's per-worker state. */
+typedef struct {
   uint32_t used, free_next;
   size_t blocks;
   kvidx__map seqs;         /* engine seq -> position | tiers (+ eviction keys) */
@@ -857,6 +863,7 @@ struct kvidx {
   size_t max_blocks, max_entries, blocks, entries;
   /* worker slots */
   kvidx__slot *slots;
+  kvidx__ident *idents;        /* slot identities (readers)                */
   kvidx__map slot_map;         /* (worker_id, dp_rank + 1) -> slot         */
   uint32_t slot_free, slots_used;
   KVIDX__A(uint64_t) gen;      /* slot assignments so far                  */
@@ -1633,7 +1640,7 @@ KVIDX__PRIV uint32_t kvidx__slot_find(const kvidx *ix, uint64_t id, uint32_t ran
   return at == KVIDX__NONE ? KVIDX__NONE : KVIDX__CAST(uint32_t, kvidx__ld(&kvidx__map_at(&ix->slot_map, at)[2]));
 }
 
-KVIDX__PRIV void kvidx__slot_publish(kvidx__slot *sl, uint64_t id, uint32_t rank, uint64_t gen) {
+KVIDX__PRIV void kvidx__slot_publish(kvidx__ident *sl, uint64_t id, uint32_t rank, uint64_t gen) {
   kvidx__st(&sl->ver, kvidx__ld(&sl->ver) + 1);
   kvidx__fence_rel();
   kvidx__st(&sl->id, id);
@@ -1649,7 +1656,7 @@ KVIDX__PRIV uint32_t kvidx__slot_alloc(kvidx *ix, uint64_t id, uint32_t rank) {
   uint64_t e[3], gen = kvidx__ld(&ix->gen) + KVIDX_TEST_GEN_STEP;
   ix->slot_free = sl->free_next;
   kvidx__st_rel(&ix->gen, gen); /* before the slot: a reader that sees the new gen */
-  kvidx__slot_publish(sl, id, rank, gen);
+  kvidx__slot_publish(&ix->idents[s], id, rank, gen);
   if (s / 64 + 1 > kvidx__ld(&ix->nw_live)) kvidx__st_rel(&ix->nw_live, s / 64 + 1);
   sl->used = 1;
   sl->blocks = 0;
@@ -1664,8 +1671,8 @@ KVIDX__PRIV uint32_t kvidx__slot_alloc(kvidx *ix, uint64_t id, uint32_t rank) {
 KVIDX__PRIV void kvidx__slot_release(kvidx *ix, uint32_t s) {
   kvidx__slot *sl = &ix->slots[s];
   uint64_t key[2];
-  key[0] = kvidx__ld(&sl->id);
-  key[1] = KVIDX__CAST(uint64_t, kvidx__ld(&sl->rank)) + 1;
+  key[0] = kvidx__ld(&ix->idents[s].id);
+  key[1] = KVIDX__CAST(uint64_t, kvidx__ld(&ix->idents[s].rank)) + 1;
   kvidx__map_delete(ix, &ix->slot_map, kvidx__map_find(ix, &ix->slot_map, key));
   kvidx__map_drop(ix, &sl->seqs);
   sl->used = 0;
@@ -2486,7 +2493,7 @@ KVIDX__PRIV uint32_t kvidx__child_probe(const kvidx *cix, kvidx__rctx *rc, uint3
 }
 
 KVIDX__PRIV void kvidx__emit_slot(const kvidx *ix, kvidx__sink *k, uint32_t s, size_t depth, uint32_t dev) {
-  kvidx__slot *sl = &KVIDX__MUT(ix)->slots[s];
+  kvidx__ident *sl = &KVIDX__MUT(ix)->idents[s];
   uint32_t tries;
   if (!depth) return;
   for (tries = 0; tries < KVIDX__MAX_TRIES; tries++) {
@@ -2692,6 +2699,7 @@ KVIDX__PRIV int kvidx__plan_cfg(const kvidx_config *cfg, int buffer, kvidx__plan
       (cfg->evict && !cfg->max_blocks))
     return KVIDX_EINVAL;
   pl->fixed = kvidx__align(sizeof(kvidx)) + kvidx__align(sizeof(kvidx__slot) * pl->max_workers) +
+              kvidx__align(sizeof(kvidx__ident) * pl->max_workers) +
               kvidx__align(sizeof(kvidx__evid) * kvidx__pow2(2 * KVIDX__CAST(uint64_t, pl->max_workers)));
   pl->total = pl->fixed;
   pl->words_shift = 13;
@@ -2751,6 +2759,8 @@ KVIDX__PRIV kvidx *kvidx__setup(const kvidx_config *cfg, const kvidx__plan *pl, 
   mem += kvidx__align(sizeof(kvidx));
   ix->slots = KVIDX__RCAST(kvidx__slot *, mem);
   mem += kvidx__align(sizeof(kvidx__slot) * pl->max_workers);
+  ix->idents = KVIDX__RCAST(kvidx__ident *, mem);
+  mem += kvidx__align(sizeof(kvidx__ident) * pl->max_workers);
   ix->evtab = KVIDX__RCAST(kvidx__evid *, mem);
   ix->evtab_mask = kvidx__pow2(2 * KVIDX__CAST(uint64_t, pl->max_workers)) - 1;
   mem += kvidx__align(sizeof(kvidx__evid) * (ix->evtab_mask + 1));
@@ -3079,7 +3089,7 @@ KVIDX_DEF int kvidx_remove_worker(kvidx *ix, uint64_t worker_id) {
   for (i = 0; i < ix->max_workers; i++) {
     if (ix->kind == KVIDX_REFERENCE) {
       if (ix->ref->w[i].live && ix->ref->w[i].id == worker_id) kvidx__ref_clear_worker(ix, &ix->ref->w[i]);
-    } else if (ix->slots[i].used && kvidx__ld(&ix->slots[i].id) == worker_id) {
+    } else if (ix->slots[i].used && kvidx__ld(&ix->idents[i].id) == worker_id) {
       kvidx__clear_slot(ix, i);
     }
   }
@@ -3343,8 +3353,8 @@ KVIDX_DEF int kvidx__check(const kvidx *cix) {
     const kvidx__slot *sl = &ix->slots[s];
     if (!sl->used) continue;
     used++;
-    KVIDX__CHK(sl->blocks > 0 && kvidx__slot_find(ix, kvidx__ld(&sl->id), kvidx__ld(&sl->rank)) == s);
-    KVIDX__CHK(s / 64 < kvidx__ld(&ix->nw_live) && kvidx__ld(&sl->gen) <= kvidx__ld(&ix->gen));
+    KVIDX__CHK(sl->blocks > 0 && kvidx__slot_find(ix, kvidx__ld(&ix->idents[s].id), kvidx__ld(&ix->idents[s].rank)) == s);
+    KVIDX__CHK(s / 64 < kvidx__ld(&ix->nw_live) && kvidx__ld(&ix->idents[s].gen) <= kvidx__ld(&ix->gen));
     total += sl->blocks;
   }
   KVIDX__CHK(used == ix->slots_used && total == ix->blocks && ix->slot_map.n == used);
@@ -3499,8 +3509,8 @@ KVIDX__PRIV int kvidx__dump_store(kvidx__dumper *d, uint64_t pl, uint64_t seq, i
   b.seq = seq;
   memset(&ev, 0, sizeof ev);
   ev.event_id = d->next_id++;
-  ev.worker_id = kvidx__ld(&ix->slots[d->slot].id);
-  ev.dp_rank = kvidx__ld(&ix->slots[d->slot].rank);
+  ev.worker_id = kvidx__ld(&ix->idents[d->slot].id);
+  ev.dp_rank = kvidx__ld(&ix->idents[d->slot].rank);
   ev.type = KVIDX_EV_STORED;
   ev.tier = tier;
   ev.parent = has_parent ? &pseq : NULL;
@@ -3565,8 +3575,8 @@ KVIDX__PRIV int kvidx__dump_worker(kvidx__dumper *d) {
     kvidx_event ev;
     memset(&ev, 0, sizeof ev);
     ev.event_id = d->next_id++;
-    ev.worker_id = kvidx__ld(&ix->slots[d->slot].id);
-    ev.dp_rank = kvidx__ld(&ix->slots[d->slot].rank);
+    ev.worker_id = kvidx__ld(&ix->idents[d->slot].id);
+    ev.dp_rank = kvidx__ld(&ix->idents[d->slot].rank);
     ev.type = KVIDX_EV_REMOVED;
     ev.tier = KVIDX_TIER_ALL;
     ev.seqs = d->fake.v;
