@@ -2023,8 +2023,12 @@ KVIDX__PRIV void kvidx__lock(kvidx *ix) {
 #ifdef KVIDX_NO_THREADS
   (void)ix;
 #else
+  uint32_t spins = 0;
   while (kvidx__xchg_acq(&ix->wlock, 1))
-    while (kvidx__ld(&ix->wlock)) KVIDX__PAUSE();
+    while (kvidx__ld(&ix->wlock)) { /* the holder may be off its core: give the core away now and then */
+      KVIDX__PAUSE();
+      if ((++spins & 127) == 0) KVIDX__YIELD();
+    }
 #endif
 }
 KVIDX__PRIV void kvidx__unlock(kvidx *ix) {
