@@ -62,7 +62,9 @@ END=$(date +%s)
 {
   echo
   echo "Fields: store_worst_ns = the slowest single kvidx_store (store_worst_at_held = blocks held"
-  echo "before it); store_p999_ns over every store; readers' query_max_ns / p99.9 during the growth;"
+  echo "before it); store_worst_cpu_ns = the same in the writer thread's CPU time (wall time also"
+  echo "counts the time the scheduler gave the core to the reader or to other jobs: 2 cores, shared);"
+  echo "store_p999_ns over every store; readers' query_max_ns / p99.9 during the growth;"
   echo "wrong_answers = queries whose answer missed the chain's worker at full depth (must be 0);"
   echo "eagain = find_matches_ex gave up on a write in progress. Scaling: total and per-thread"
   echo "block-ops/s of writers replaying their workers' history (clear, then every event) in a"
