@@ -18,14 +18,20 @@ COV_FLAGS    := -std=c11 $(WARN) -O0 -g -I. -fprofile-instr-generate -fcoverage-
 COV_DEB_PKGS := llvm-14 clang-14
 
 # test binaries: name -> sources, and how each runs (ARGS)
-COV_TESTS := test_core test_events test_snapshot_bounds test_edges test_interleave test_threads
+# (test_core_drain: test_core again with every map growth kept in flight,
+# one place drained per reservation, as make test's clang+ASan build does)
+COV_TESTS := test_core test_core_drain test_events test_snapshot_bounds test_edges test_interleave test_threads
 cov_test_core_SRCS            := tests/test_core.c tests/test_impl.c
+cov_test_core_drain_SRCS      := tests/test_core.c tests/test_impl.c
+cov_test_core_drain_DEFS      := -DKVIDX_TEST_DRAIN_STEP=1
+cov_test_interleave_DEFS      := -DKVIDX_TEST_DRAIN_STEP=1
 cov_test_events_SRCS          := tests/test_events.c tests/test_impl.c
 cov_test_snapshot_bounds_SRCS := tests/test_snapshot_bounds.c tests/test_impl.c
 cov_test_edges_SRCS           := tests/test_edges.c tests/test_impl.c
 cov_test_interleave_SRCS      := tests/test_interleave.c
 cov_test_threads_SRCS         := tests/test_threads.c
 cov_test_core_ARGS            := $(VECTORS)
+cov_test_core_drain_ARGS      := $(VECTORS)
 cov_test_threads_ARGS         := 1 2 2
 
 .PHONY: coverage coverage-deps coverage-build
@@ -49,7 +55,7 @@ $(COV_DIR)/.deps:
 
 $(COV_DIR)/bin/%: $(TEST_HDRS) $(wildcard tests/*.c) | deps coverage-deps
 	@mkdir -p $(COV_DIR)/bin
-	$(COV_CC) $(COV_FLAGS) -o $@ $(cov_$*_SRCS) $(PTHREAD)
+	$(COV_CC) $(COV_FLAGS) $(cov_$*_DEFS) -o $@ $(cov_$*_SRCS) $(PTHREAD)
 
 $(COV_DIR)/bin/%_replay: fuzz/%.c fuzz/main.c fuzz/kvidx_impl.c $(FUZZ_HDRS) | deps coverage-deps
 	@mkdir -p $(COV_DIR)/bin
