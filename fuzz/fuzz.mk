@@ -20,7 +20,7 @@ FUZZ_TEST_SECONDS ?= 20
 # rm -rf build/fuzz after changing it
 FUZZ_DEFS         ?=
 FUZZ_DIR          := $(BUILD)/fuzz
-FUZZ_HDRS         := kvidx.h fuzz/fuzz_common.h fuzz/model.h fuzz/model.c
+FUZZ_HDRS         := kvidx.h fuzz/fuzz_common.h fuzz/fz_alloc.h fuzz/model.h fuzz/model.c
 FUZZ_SAN_FLAGS    := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 
 # fuzz_hash carries its own copy of xxhash.h, so kvidx's implementation goes in
@@ -40,6 +40,7 @@ $(FUZZ_DIR)/fuzz_vllm_decode_replay $(FUZZ_DIR)/fuzz_vllm_decode_fuzzer: \
 # O(max_workers) loops) and no trace-cmp (its bytecode goes through small
 # tables): together about 4x more executions per second.
 fuzz_ops_COVFLAGS  := -fsanitize-coverage-ignorelist=fuzz/fuzz_ops.covignore -fno-sanitize-coverage=trace-cmp
+fuzz_snapshot_COVFLAGS := -fsanitize-coverage-ignorelist=fuzz/fuzz_snapshot.covignore
 
 .PHONY: fuzz test-fuzz fuzz-replay fuzz-build fuzz-build-replay
 

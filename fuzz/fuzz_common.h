@@ -518,8 +518,9 @@ static inline size_t fz_query(const kvidx *ix, const uint64_t *q, size_t qn, siz
   return fz_query_slot(ix, 0, q, qn, cap, out, nout);
 }
 
-/* Compares the answers of `a` (the oracle) and `b` for query q/cap. */
-static inline void fz_cmp_query(const kvidx *a, const char *an, const kvidx *b, const char *bn,
+/* Compares the answers of `a` (the oracle) and `b` for query q/cap; returns
+ * the number of scores compared. */
+static inline size_t fz_cmp_query(const kvidx *a, const char *an, const kvidx *b, const char *bn,
                          const uint64_t *q, size_t qn, size_t cap) {
   kvidx_score *sa, *sb;
   size_t na, nb;
@@ -539,6 +540,7 @@ static inline void fz_cmp_query(const kvidx *a, const char *an, const kvidx *b, 
   }
   fz_sane_scores(an, sa, na, qn);
   fz_sane_scores(bn, sb, nb, qn);
+  return na;
 }
 
 static inline void fz_cmp_worker_blocks(const kvidx *a, const char *an, const kvidx *b, const char *bn,

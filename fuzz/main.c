@@ -4,7 +4,8 @@
  * fuzz_*.c here; build with gcc (see fuzz.mk), so the corpus is a regression
  * test.  Each file runs in a child process, so one failing input (a mismatch
  * aborts) does not hide the others: every failing file is named, and the exit
- * status is 1 if any failed.  FUZZ_NO_FORK=1 runs them in-process. */
+ * status is 1 if any failed.  FUZZ_NO_FORK=1 runs them in-process;
+ * with FUZZ_TIME=1 as well, each input's run time goes to stderr (profiling). */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
 #include <stdint.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -48,7 +50,12 @@ static int run_file(const char *path) {
   n_run++;
   const char *nf = getenv("FUZZ_NO_FORK");
   if (nf && *nf && *nf != '0') {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     LLVMFuzzerTestOneInput(in, len);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (getenv("FUZZ_TIME"))
+      fprintf(stderr, "%.3f ms %s\n", (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6, path);
     free(in);
     return 0;
   }

@@ -1,9 +1,13 @@
 /* model.c - the naive model (see model.h).  Every worker is an array of
- * (seq, chain) pairs; everything is a linear scan, except that a query
- * sorts its own chains once so that each held block is one binary search
- * (a worker with thousands of blocks against a 500-block query would
- * otherwise cost ~10^6 compares per query).  Nothing here shares code or
- * data layout with kvidx.h beyond the public hash function. */
+ * (seq, chain) pairs; the workers are kept sorted by (worker_id, dp_rank)
+ * and found by binary search; a worker's blocks are linear scans, except in
+ * a query: it follows the SEMANTICS definition (a worker's depth is the
+ * largest k with the worker holding chains q_0..q_{k-1}) with each "holds"
+ * one binary search in a sorted copy of the worker's chains, made when the
+ * query needs it and kept until the worker changes (fuzz_ops asks ~30
+ * queries in a row in its full checks: a scan of every held block per query
+ * cost 10^5-10^6 compares each).  Nothing here shares code or data layout
+ * with kvidx.h beyond the public hash function. */
 #include "model.h"
 
 #include <stdlib.h>
@@ -19,20 +23,17 @@ typedef struct {
   uint32_t dp_rank;
   fm_block *b;
   size_t n, cap;
+  uint64_t *sorted; /* the chains of b[0..n), sorted; valid unless dirty */
+  size_t sorted_cap;
+  int dirty;
 } fm_worker;
 
-typedef struct {
-  uint64_t chain;
-  size_t pos;
-} fm_qpos;
-
 struct fm_model {
-  fm_worker *w; /* workers ever seen; n == 0 means holding nothing */
+  fm_worker *w; /* workers ever seen, sorted by (worker_id, dp_rank); n == 0: holding nothing */
   size_t nw, capw;
   /* query scratch, grown as needed and kept (a malloc per query is what
    * ASan makes slow) */
-  fm_qpos *q;
-  size_t *mark;
+  uint64_t *q;
   size_t capq;
   kvidx_score *all;
   size_t capall;
@@ -51,18 +52,33 @@ fm_model *fm_create(size_t max_blocks, uint32_t max_workers) {
 
 void fm_destroy(fm_model *m) {
   if (!m) return;
-  for (size_t i = 0; i < m->nw; i++) free(m->w[i].b);
+  for (size_t i = 0; i < m->nw; i++) {
+    free(m->w[i].b);
+    free(m->w[i].sorted);
+  }
   free(m->w);
   free(m->q);
-  free(m->mark);
   free(m->all);
   free(m);
 }
 
+/* Workers are kept sorted by (worker_id, dp_rank): the first at or after
+ * (id, dp), by binary search (a linear scan made a bulk store of 1,000
+ * workers cost 10^6 compares). */
+static size_t fm_lower(const fm_model *m, uint64_t id, uint32_t dp) {
+  size_t lo = 0, hi = m->nw;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    const fm_worker *w = &m->w[mid];
+    if (w->worker_id < id || (w->worker_id == id && w->dp_rank < dp)) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
 static fm_worker *fm_find_worker(const fm_model *m, uint64_t id, uint32_t dp) {
-  for (size_t i = 0; i < m->nw; i++)
-    if (m->w[i].worker_id == id && m->w[i].dp_rank == dp) return &m->w[i];
-  return NULL;
+  size_t i = fm_lower(m, id, dp);
+  return i < m->nw && m->w[i].worker_id == id && m->w[i].dp_rank == dp ? &m->w[i] : NULL;
 }
 
 /* index of seq in w's blocks, or -1 */
@@ -99,6 +115,7 @@ static int fm_push(fm_worker *w, uint64_t seq, uint64_t chain) {
   }
   w->b[w->n].seq = seq;
   w->b[w->n].chain = chain;
+  w->dirty = 1;
   return 0;
 }
 
@@ -135,7 +152,10 @@ int fm_store(fm_model *m, uint64_t worker_id, uint32_t dp_rank, const uint64_t *
       m->w = nw;
       m->capw = nc;
     }
-    w = &m->w[m->nw++];
+    size_t at = fm_lower(m, worker_id, dp_rank);
+    memmove(&m->w[at + 1], &m->w[at], (m->nw - at) * sizeof *m->w);
+    m->nw++;
+    w = &m->w[at];
     memset(w, 0, sizeof *w);
     w->worker_id = worker_id;
     w->dp_rank = dp_rank;
@@ -167,6 +187,7 @@ int fm_remove(fm_model *m, uint64_t worker_id, uint32_t dp_rank, const uint64_t 
       continue;
     }
     w->b[h] = w->b[--w->n]; /* no cascade: the rest stays */
+    w->dirty = 1;
     m->n_blocks--;
     m->n_workers -= w->n == 0;
   }
@@ -179,13 +200,14 @@ int fm_clear(fm_model *m, uint64_t worker_id, uint32_t dp_rank) {
     m->n_blocks -= w->n;
     m->n_workers--;
     w->n = 0;
+    w->dirty = 1;
   }
   return KVIDX_OK;
 }
 
 int fm_remove_worker(fm_model *m, uint64_t worker_id) {
-  for (size_t i = 0; i < m->nw; i++)
-    if (m->w[i].worker_id == worker_id) fm_clear(m, worker_id, m->w[i].dp_rank);
+  for (size_t i = fm_lower(m, worker_id, 0); i < m->nw && m->w[i].worker_id == worker_id; i++)
+    fm_clear(m, worker_id, m->w[i].dp_rank);
   return KVIDX_OK;
 }
 
@@ -201,22 +223,42 @@ static int fm_cmp(const void *x, const void *y) {
   return fm_before(a, b) ? -1 : fm_before(b, a) ? 1 : 0;
 }
 
-/* q sorted by chain, to mark which positions a worker holds */static int fm_qcmp(const void *x, const void *y) {
-  const fm_qpos *a = (const fm_qpos *)x, *b = (const fm_qpos *)y;
-  return a->chain < b->chain ? -1 : a->chain > b->chain;
+static int fm_u64cmp(const void *x, const void *y) {
+  uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+  return a < b ? -1 : a > b;
 }
 
-/* For each worker: mark the query positions whose chain it holds (each of
- * its blocks looked up in the sorted chains), then its depth is the first
- * unmarked position. */
+/* does w hold a block with this chain?  (sorts its chains first if it
+ * changed since the last query) */
+static int fm_holds(fm_worker *w, uint64_t chain) {
+  if (w->dirty) {
+    if (w->n > w->sorted_cap) {
+      free(w->sorted);
+      w->sorted = (uint64_t *)malloc(w->n * sizeof *w->sorted);
+      if (!w->sorted) abort();
+      w->sorted_cap = w->n;
+    }
+    for (size_t j = 0; j < w->n; j++) w->sorted[j] = w->b[j].chain;
+    qsort(w->sorted, w->n, sizeof *w->sorted, fm_u64cmp);
+    w->dirty = 0;
+  }
+  size_t lo = 0, hi = w->n; /* first sorted chain >= chain */
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (w->sorted[mid] < chain) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < w->n && w->sorted[lo] == chain;
+}
+
+/* The query's chains q_i, then for each worker the largest k with the
+ * worker holding q_0..q_{k-1}; sorted by fm_before. */
 size_t fm_find_matches(fm_model *m, const uint64_t *locals, size_t n, kvidx_score *out, size_t cap) {
   if (!n) return 0;
   if (n > m->capq) {
     free(m->q);
-    free(m->mark);
-    m->q = (fm_qpos *)malloc(n * sizeof *m->q);
-    m->mark = (size_t *)malloc(n * sizeof *m->mark);
-    if (!m->q || !m->mark) abort();
+    m->q = (uint64_t *)malloc(n * sizeof *m->q);
+    if (!m->q) abort();
     m->capq = n;
   }
   if (m->nw > m->capall) {
@@ -225,31 +267,16 @@ size_t fm_find_matches(fm_model *m, const uint64_t *locals, size_t n, kvidx_scor
     if (!m->all) abort();
     m->capall = m->nw;
   }
-  fm_qpos *q = m->q;
-  size_t *mark = m->mark;
+  uint64_t *q = m->q;
   kvidx_score *all = m->all;
-  memset(mark, 0, n * sizeof *mark);
-  q[0].chain = locals[0];
-  q[0].pos = 0;
-  for (size_t i = 1; i < n; i++) {
-    q[i].chain = kvidx_seq_hash_next(q[i - 1].chain, locals[i]);
-    q[i].pos = i;
-  }
-  qsort(q, n, sizeof *q, fm_qcmp);
+  q[0] = locals[0];
+  for (size_t i = 1; i < n; i++) q[i] = kvidx_seq_hash_next(q[i - 1], locals[i]);
   size_t found = 0;
   for (size_t i = 0; i < m->nw; i++) {
-    const fm_worker *w = &m->w[i];
-    for (size_t j = 0; j < w->n; j++) {
-      size_t lo = 0, hi = n; /* first q with chain >= the block's */
-      while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (q[mid].chain < w->b[j].chain) lo = mid + 1;
-        else hi = mid;
-      }
-      for (; lo < n && q[lo].chain == w->b[j].chain; lo++) mark[q[lo].pos] = i + 1;
-    }
+    fm_worker *w = &m->w[i];
+    if (!w->n) continue;
     size_t k = 0;
-    while (k < n && mark[k] == i + 1) k++;
+    while (k < n && fm_holds(w, q[k])) k++;
     if (k == 0) continue;
     all[found].worker_id = w->worker_id;
     all[found].dp_rank = w->dp_rank;

@@ -1,5 +1,5 @@
 /* model.h - a second, deliberately naive model of kvidx's semantics, for
- * fuzz_ops: plain arrays and linear scans, written from the SEMANTICS
+ * fuzz_ops: plain arrays, linear scans and binary searches, written from the SEMANTICS
  * section of kvidx.h's top comment only (not from the KVIDX_REFERENCE code),
  * so that a semantic mistake mirrored in the reference kind and the indexes
  * (they share macros and helpers) still shows up as a difference.
