@@ -178,7 +178,7 @@ test-hostile-prompts: $(BUILD)/test_hostile_prompts
 SOAK_SECONDS ?= 600
 SOAK_WRITERS ?= 2
 SOAK_READERS ?= 2
-$(BUILD)/soak: tests/soak.c kvidx.h | deps
+$(BUILD)/soak: tests/soak.c kvidx.h tests/testutil.h | deps
 	$(CC) $(CFLAGS_BASE) -O1 $(SAN) -o $@ tests/soak.c $(PTHREAD)
 soak: $(BUILD)/soak
 	$(BUILD)/soak $(SOAK_SECONDS) $(SOAK_WRITERS) $(SOAK_READERS)

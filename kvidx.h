@@ -1409,28 +1409,15 @@ KVIDX__PRIV void kvidx__map_put_at(kvidx__map *m, uint32_t at, const uint64_t *e
 KVIDX__PRIV void kvidx__map_delete(kvidx *ix, kvidx__map *m, uint32_t at) {
   kvidx__mtab *t = kvidx__map_tab_of(m, at);
   KVIDX__A(uint64_t) *w = kvidx__mtab_words(t);
-  uint64_t i = at & ~KVIDX__OLD, j, mask = t->mask, h;
+  uint64_t i = at & ~KVIDX__OLD, j, mask = t->mask;
   uint32_t k;
   if (m->shared) {
     kvidx__st(&m->moves, kvidx__ld(&m->moves) + 1);
     kvidx__fence_rel();
   }
   kvidx__st(&w[i * m->ew + m->occ], KVIDX__CAST(uint64_t, 0));
-  if (m->kw == 1 && !m->shared) { /* seq tables and holdings: the common case, straight */
-    uint64_t ew = m->ew, occ = m->occ, seed = ix->seed;
-    for (j = (i + 1) & mask; kvidx__ld(&w[j * ew + occ]); j = (j + 1) & mask) {
-      h = kvidx__mix(kvidx__ld(&w[j * ew]) ^ seed) & mask;
-      if (((j - h) & mask) >= ((j - i) & mask)) {
-        for (k = 0; k < ew; k++) kvidx__st(&w[i * ew + k], kvidx__ld(&w[j * ew + k]));
-        kvidx__st(&w[j * ew + occ], KVIDX__CAST(uint64_t, 0));
-        i = j;
-      }
-    }
-    m->n--;
-    return;
-  }
   for (j = (i + 1) & mask; kvidx__ld(&w[j * m->ew + m->occ]); j = (j + 1) & mask) {
-    uint64_t key[2];
+    uint64_t key[2], h;
     key[0] = kvidx__ld(&w[j * m->ew]);
     key[1] = m->kw > 1 ? kvidx__ld(&w[j * m->ew + 1]) : 0;
     h = kvidx__key_hash(ix->seed, key, m->kw) & mask;

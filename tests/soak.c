@@ -29,6 +29,7 @@
 #define _POSIX_C_SOURCE 200809L
 #define KVIDX_IMPLEMENTATION
 #include "kvidx.h"
+#include "testutil.h" /* t_mem: snapshot streams in memory */
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -66,13 +67,6 @@ static atomic_int grow_phase;
     atomic_store(&fail, 1);                                                    \
   } while (0)
 
-static uint64_t rnd(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -85,7 +79,7 @@ static void make_docs(void) {
     /* documents share prefixes in groups of 4 (a system prompt) */
     for (int i = 0; i < DOCLEN; i++) {
       int shared = d < NDOC && i < 8 + (d % 4) * 8;
-      doc_loc[d][i] = shared ? 0x100000ull * (uint64_t)(d / 4 + 1) + (uint64_t)i : rnd(&s) | 1;
+      doc_loc[d][i] = shared ? 0x100000ull * (uint64_t)(d / 4 + 1) + (uint64_t)i : t_rand(&s) | 1;
     }
     kvidx_seq_hashes(doc_loc[d], DOCLEN, doc_seq[d]);
   }
@@ -129,25 +123,25 @@ static void *writer(void *arg) {
       continue;
     }
     kvidx *ix = A; /* A changes only while writers are paused */
-    uint64_t w = (uint64_t)t * WORKERS_PER_WRITER + rnd(&s) % WORKERS_PER_WRITER + 1;
-    uint32_t rank = (uint32_t)(rnd(&s) % 2);
-    int d = (int)(rnd(&s) % NDOC), op = (int)(rnd(&s) % 100), rc;
+    uint64_t w = (uint64_t)t * WORKERS_PER_WRITER + t_rand(&s) % WORKERS_PER_WRITER + 1;
+    uint32_t rank = (uint32_t)(t_rand(&s) % 2);
+    int d = (int)(t_rand(&s) % NDOC), op = (int)(t_rand(&s) % 100), rc;
     int grow = atomic_load(&grow_phase);
     if (op < (grow ? 70 : 35)) { /* store a prefix (re-stores are no-ops), maybe from a held parent */
-      int from = rnd(&s) % 3 == 0 ? (int)(rnd(&s) % 32) : 0;
-      int len = 1 + (int)(rnd(&s) % (DOCLEN - from));
+      int from = t_rand(&s) % 3 == 0 ? (int)(t_rand(&s) % 32) : 0;
+      int len = 1 + (int)(t_rand(&s) % (DOCLEN - from));
       kvidx_block b[DOCLEN];
       for (int i = 0; i < len; i++) b[i].local = doc_loc[d][from + i], b[i].seq = doc_seq[d][from + i];
       const uint64_t *par = from ? &doc_seq[d][from - 1] : NULL;
       if (round_evict == KVIDX_EVICT_EXPIRY)
-        rc = kvidx_store_ttl(ix, w, rank, par, b, (size_t)len, atomic_load(&clock_now) + 1 + rnd(&s) % 200);
+        rc = kvidx_store_ttl(ix, w, rank, par, b, (size_t)len, atomic_load(&clock_now) + 1 + t_rand(&s) % 200);
       else
         rc = kvidx_store(ix, w, rank, par, b, (size_t)len);
       if (rc != KVIDX_OK && rc != KVIDX_ENOPARENT && rc != KVIDX_EFULL) FAIL("store: %s", kvidx_strerror(rc));
     } else if (op < 96) { /* remove a few blocks */
       uint64_t seqs[4];
-      int n = 1 + (int)(rnd(&s) % 4);
-      for (int i = 0; i < n; i++) seqs[i] = doc_seq[d][rnd(&s) % DOCLEN];
+      int n = 1 + (int)(t_rand(&s) % 4);
+      for (int i = 0; i < n; i++) seqs[i] = doc_seq[d][t_rand(&s) % DOCLEN];
       rc = kvidx_remove(ix, w, rank, seqs, (size_t)n);
       if (rc != KVIDX_OK && rc != KVIDX_ENOENT) FAIL("remove: %s", kvidx_strerror(rc));
     } else if (op < 98 || round_evict != KVIDX_EVICT_EXPIRY || t != 0) {
@@ -190,10 +184,10 @@ static void *reader(void *arg) {
   kvidx_score sc[64];
   while (!atomic_load(&stop)) {
     pthread_rwlock_rdlock(&ix_lock);
-    kvidx *ix = (B && rnd(&s) % 2) ? B : A;
-    int pin = rnd(&s) % 8 == 0;
-    int d = pin ? NDOC + (int)(rnd(&s) % PINNED_DOCS) : (int)(rnd(&s) % NDOC);
-    size_t qn = 1 + rnd(&s) % DOCLEN, total = 0;
+    kvidx *ix = (B && t_rand(&s) % 2) ? B : A;
+    int pin = t_rand(&s) % 8 == 0;
+    int d = pin ? NDOC + (int)(t_rand(&s) % PINNED_DOCS) : (int)(t_rand(&s) % NDOC);
+    size_t qn = 1 + t_rand(&s) % DOCLEN, total = 0;
     int rc = kvidx_find_matches_ex(ix, doc_loc[d], qn, sc, 64, &total);
     if (rc == KVIDX_EAGAIN) atomic_fetch_add(&n_eagain, 1);
     else if (rc != KVIDX_OK) FAIL("find_matches_ex: %s", kvidx_strerror(rc));
@@ -209,29 +203,6 @@ static void *reader(void *arg) {
     atomic_fetch_add(&n_queries, 1);
   }
   return NULL;
-}
-
-typedef struct {
-  unsigned char *p;
-  size_t n, cap, pos;
-} mem_t;
-static int mem_write(void *ctx, const void *buf, size_t len) {
-  mem_t *m = (mem_t *)ctx;
-  if (m->n + len > m->cap) {
-    m->cap = (m->n + len) * 2;
-    m->p = (unsigned char *)realloc(m->p, m->cap);
-    if (!m->p) return -1;
-  }
-  memcpy(m->p + m->n, buf, len);
-  m->n += len;
-  return 0;
-}
-static size_t mem_read(void *ctx, void *buf, size_t len) {
-  mem_t *m = (mem_t *)ctx;
-  size_t k = m->n - m->pos < len ? m->n - m->pos : len;
-  memcpy(buf, m->p + m->pos, k);
-  m->pos += k;
-  return k;
 }
 
 /* A and B quiescent (no writer on either): identical answers. */
@@ -254,11 +225,11 @@ static void compare(kvidx *a, kvidx *b) {
   if (sa.blocks != sb.blocks || sa.workers != sb.workers) FAIL("stats differ: %zu/%zu vs %zu/%zu", sa.blocks, sa.workers, sb.blocks, sb.workers);
 }
 
-static kvidx *restore(const mem_t *m, int kind) {
-  mem_t r = *m;
+static kvidx *restore(const t_mem *m, int kind) {
+  t_mem r = *m;
   r.pos = 0;
   kvidx *t = make_index(kind, round_evict);
-  int rc = kvidx_snapshot_read(t, mem_read, &r);
+  int rc = kvidx_snapshot_read(t, t_mem_read, &r);
   if (rc != KVIDX_OK) FAIL("snapshot_read: %s", kvidx_strerror(rc));
   return t;
 }
@@ -297,8 +268,8 @@ int main(int argc, char **argv) {
     }
     checkpoints++;
     /* 1. a snapshot while the writers run, read into a fresh index */
-    mem_t m1 = {NULL, 0, 0, 0};
-    int rc = kvidx_snapshot_write(A, mem_write, &m1);
+    t_mem m1 = {NULL, 0, 0, 0, -1};
+    int rc = kvidx_snapshot_write(A, t_mem_write, &m1);
     if (rc != KVIDX_OK) FAIL("snapshot_write (writers running): %s", kvidx_strerror(rc));
     kvidx *c = restore(&m1, kind == KVIDX_RADIX ? KVIDX_POSITIONAL : KVIDX_RADIX);
     kvidx_stats cs;
@@ -307,20 +278,20 @@ int main(int argc, char **argv) {
     if (kvidx__check(c)) FAIL("kvidx__check of a mid-run restore");
     if (cs.blocks > max_blocks) FAIL("mid-run restore holds %zu blocks > %zu", cs.blocks, max_blocks);
     kvidx_destroy(c);
-    free(m1.p);
+    free(m1.buf);
     /* 2. writers pause; the quiescent index, snapshot, restored into the
      * other kind while the readers query both */
     atomic_store(&pause_req, 1);
     while (atomic_load(&paused_writers) < n_writers && !atomic_load(&fail)) sched_yield();
-    mem_t m2 = {NULL, 0, 0, 0};
-    rc = kvidx_snapshot_write(A, mem_write, &m2);
+    t_mem m2 = {NULL, 0, 0, 0, -1};
+    rc = kvidx_snapshot_write(A, t_mem_write, &m2);
     if (rc != KVIDX_OK) FAIL("snapshot_write: %s", kvidx_strerror(rc));
     kvidx *b = make_index(kind == KVIDX_RADIX ? KVIDX_POSITIONAL : KVIDX_RADIX, round_evict);
     pthread_rwlock_wrlock(&ix_lock);
     B = b; /* readers see B while it fills */
     pthread_rwlock_unlock(&ix_lock);
     m2.pos = 0;
-    rc = kvidx_snapshot_read(b, mem_read, &m2);
+    rc = kvidx_snapshot_read(b, t_mem_read, &m2);
     if (rc != KVIDX_OK) FAIL("snapshot_read: %s", kvidx_strerror(rc));
     compare(A, b);
     /* readers keep querying both: the checker changes nothing they read */
@@ -334,7 +305,7 @@ int main(int argc, char **argv) {
       FAIL("peak bytes %zu over the bound %zu", st.peak_bytes, mem_bound + per_block * max_blocks);
     printf("  checkpoint %d at %.0f s: %s %s, %zu blocks, %zu workers, %zu bytes (peak %zu), snapshot %zu bytes\n",
            checkpoints, now_s() - t0, kind == KVIDX_RADIX ? "radix" : "positional",
-           round_evict == KVIDX_EVICT_EXPIRY ? "expiry" : "lrs", st.blocks, st.workers, st.bytes, st.peak_bytes, m2.n);
+           round_evict == KVIDX_EVICT_EXPIRY ? "expiry" : "lrs", st.blocks, st.workers, st.bytes, st.peak_bytes, m2.len);
     /* 3. go on with the restored copy (a restored index under load) or,
      * every second checkpoint, a fresh round with the other policy */
     pthread_rwlock_wrlock(&ix_lock);
@@ -352,7 +323,7 @@ int main(int argc, char **argv) {
     }
     kvidx_destroy(old);
     pthread_rwlock_unlock(&ix_lock);
-    free(m2.p);
+    free(m2.buf);
     atomic_store(&grow_phase, !atomic_load(&grow_phase));
     atomic_store(&pause_req, 0);
     next = now_s() + 1;

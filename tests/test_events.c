@@ -468,30 +468,6 @@ static void test_apply_differential(uint64_t seed, int evict, size_t max_blocks,
 }
 
 /* ---- dump and snapshots ------------------------------------------------------ */
-typedef struct {
-  unsigned char *buf;
-  size_t len, cap, pos;
-  int fail_after; /* write: fail the call after this many (-1 never) */
-} mem_t;
-static int mem_write(void *ctx, const void *p, size_t n) {
-  mem_t *m = (mem_t *)ctx;
-  if (m->fail_after == 0) return -1;
-  if (m->fail_after > 0) m->fail_after--;
-  if (m->len + n > m->cap) {
-    m->cap = (m->len + n) * 2;
-    m->buf = (unsigned char *)realloc(m->buf, m->cap);
-  }
-  memcpy(m->buf + m->len, p, n);
-  m->len += n;
-  return 0;
-}
-static size_t mem_read(void *ctx, void *p, size_t n) {
-  mem_t *m = (mem_t *)ctx;
-  size_t k = m->len - m->pos < n ? m->len - m->pos : n;
-  memcpy(p, m->buf + m->pos, k);
-  m->pos += k;
-  return k;
-}
 static int replay(void *ctx, const kvidx_event *ev) {
   return kvidx_apply((kvidx *)ctx, ev) < 0;
 }
@@ -552,11 +528,11 @@ static int same_state(kvidx *a, kvidx *b, uint64_t seed) {
 static void test_snapshots(int src_kind, int ttl) {
   int evict = ttl ? KVIDX_EVICT_EXPIRY : 0;
   kvidx *src = mk(src_kind, 16, ttl ? 100000 : 0, evict, 0), *dst;
-  mem_t m = {NULL, 0, 0, 0, -1};
+  t_mem m = {NULL, 0, 0, 0, -1};
   int k, rc;
   uint64_t la, lb;
   fill(src, 77 + (uint64_t)src_kind, ttl);
-  CHECK_EQ(kvidx_snapshot_write(src, mem_write, &m), KVIDX_OK);
+  CHECK_EQ(kvidx_snapshot_write(src, t_mem_write, &m), KVIDX_OK);
   CHECK(m.len >= 48 && (m.len - 48) % 8 == 0);
   CHECK_EQ(m.buf[8], 2); /* version 2: 48 + 48 n + 8 ceil(n / 64) bytes */
   {
@@ -570,7 +546,7 @@ static void test_snapshots(int src_kind, int ttl) {
     /* binary snapshot into every kind */
     dst = mk(KINDS[k], 16, ttl ? 100000 : 0, evict, 0);
     m.pos = 0;
-    CHECK_EQ(kvidx_snapshot_read(dst, mem_read, &m), KVIDX_OK);
+    CHECK_EQ(kvidx_snapshot_read(dst, t_mem_read, &m), KVIDX_OK);
     CHECK(same_state(src, dst, 5));
     CHECK_EQ(kvidx_last_event_id(src, 1, 0, &la), kvidx_last_event_id(dst, 1, 0, &lb));
     CHECK_EQ(la, lb);
@@ -578,7 +554,7 @@ static void test_snapshots(int src_kind, int ttl) {
     CHECK_EQ(la, lb);
     CHECK_EQ(kvidx__check(dst), 0);
     m.pos = 0;
-    CHECK_EQ(kvidx_snapshot_read(dst, mem_read, &m), KVIDX_EINVAL); /* not empty */
+    CHECK_EQ(kvidx_snapshot_read(dst, t_mem_read, &m), KVIDX_EINVAL); /* not empty */
     if (ttl && k == 2) { /* expiries came along (the source expires last) */
       size_t g1 = 0, g2 = 0;
       kvidx_expire(src, 1500, &g1);
@@ -598,8 +574,8 @@ static void test_snapshots(int src_kind, int ttl) {
   }
   /* a failing writer callback: EIO */
   {
-    mem_t f = {NULL, 0, 0, 0, 3};
-    CHECK_EQ(kvidx_snapshot_write(src, mem_write, &f), KVIDX_EIO);
+    t_mem f = {NULL, 0, 0, 0, 3};
+    CHECK_EQ(kvidx_snapshot_write(src, t_mem_write, &f), KVIDX_EIO);
     free(f.buf);
   }
   /* corrupt, truncated, wrong version: a clear status, the target empty and valid */
@@ -609,20 +585,20 @@ static void test_snapshots(int src_kind, int ttl) {
     unsigned char save;
     dst = mk(KVIDX_RADIX, 16, 0, 0, 0);
     for (i = 0; i < m.len; i += (i < len ? 1 : 97)) { /* every truncation point early on */
-      mem_t t = m;
+      t_mem t = m;
       t.len = i;
       t.pos = 0;
-      rc = kvidx_snapshot_read(dst, mem_read, &t);
+      rc = kvidx_snapshot_read(dst, t_mem_read, &t);
       CHECK_EQ(rc, KVIDX_ETRUNCATED);
       kvidx_get_stats(dst, &st);
       CHECK_EQ(st.blocks, 0);
     }
     for (i = 0; i < m.len; i += (i < len ? 1 : 53)) { /* one flipped bit anywhere */
-      mem_t t = m;
+      t_mem t = m;
       save = m.buf[i];
       m.buf[i] ^= (unsigned char)(1u << (i % 8));
       t.pos = 0;
-      rc = kvidx_snapshot_read(dst, mem_read, &t);
+      rc = kvidx_snapshot_read(dst, t_mem_read, &t);
       CHECK(rc == KVIDX_ECORRUPT || rc == KVIDX_EVERSION);
       if (rc == KVIDX_OK) fprintf(stderr, "flipped byte %zu accepted\n", i);
       kvidx_get_stats(dst, &st);
@@ -632,10 +608,10 @@ static void test_snapshots(int src_kind, int ttl) {
     }
     m.buf[8] = 3; /* a future version */
     m.pos = 0;
-    CHECK_EQ(kvidx_snapshot_read(dst, mem_read, &m), KVIDX_EVERSION);
+    CHECK_EQ(kvidx_snapshot_read(dst, t_mem_read, &m), KVIDX_EVERSION);
     m.buf[8] = 2;
     m.pos = 0;
-    CHECK_EQ(kvidx_snapshot_read(dst, mem_read, &m), KVIDX_OK); /* and the intact one still loads */
+    CHECK_EQ(kvidx_snapshot_read(dst, t_mem_read, &m), KVIDX_OK); /* and the intact one still loads */
     kvidx_destroy(dst);
   }
   /* kinds and modes without a dump */

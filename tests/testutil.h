@@ -44,6 +44,34 @@ typedef struct {
 void *t_alloc(void *ctx, size_t n);
 void t_free(void *ctx, void *p, size_t n);
 
+/* A snapshot stream in memory: kvidx_snapshot_write / _read callbacks. */
+typedef struct {
+  unsigned char *buf;
+  size_t len, cap, pos;
+  int fail_after; /* write: fail the call after this many (-1 never) */
+} t_mem;
+static inline int t_mem_write(void *ctx, const void *p, size_t n) {
+  t_mem *m = (t_mem *)ctx;
+  if (m->fail_after == 0) return -1;
+  if (m->fail_after > 0) m->fail_after--;
+  if (m->len + n > m->cap) {
+    unsigned char *q = (unsigned char *)realloc(m->buf, (m->len + n) * 2);
+    if (!q) return -1;
+    m->buf = q;
+    m->cap = (m->len + n) * 2;
+  }
+  memcpy(m->buf + m->len, p, n);
+  m->len += n;
+  return 0;
+}
+static inline size_t t_mem_read(void *ctx, void *p, size_t n) {
+  t_mem *m = (t_mem *)ctx;
+  size_t k = m->len - m->pos < n ? m->len - m->pos : n;
+  memcpy(p, m->buf + m->pos, k);
+  m->pos += k;
+  return k;
+}
+
 /* Chains of a run of locals, the way the index and reference compute them. */
 static inline void t_chains(const uint64_t *loc, size_t n, uint64_t *out) { kvidx_seq_hashes(loc, n, out); }
 #endif
