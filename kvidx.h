@@ -790,6 +790,10 @@ typedef struct {
   KVIDX__A(uint32_t) holders; /* word index of the holder chunk                */
   KVIDX__A(uint32_t) kids;    /* child runs hanging below: readers and stores
                                  skip the child map when there are none       */
+  KVIDX__A(uint32_t) cont;    /* a hint: the last run made below this run's
+                                 last block (a long store's next 64), or NONE;
+                                 the walk tries it before the child map and
+                                 believes it only if it checks out            */
   uint32_t next_free;         /* writer: free list                             */
 } kvidx__run;
 
@@ -1750,12 +1754,17 @@ KVIDX__PRIV uint32_t kvidx__run_new(kvidx *ix, uint32_t parent, uint32_t poff, u
   kvidx__st(&rn->shape, KVIDX__SHAPE(1, poff, lc, KVIDX__NOCLASS));
   kvidx__run_wend(rn);
   kvidx__st(&rn->kids, 0u);
+  kvidx__st(&rn->cont, KVIDX__NONE);
   rn->next_free = KVIDX__NONE;
   kvidx__child_key(e, parent, poff, local);
   e[2] = r;
   kvidx__map_insert(ix, &ix->children, e);
   KVIDX_TEST_HOOK(ix, 4); /* published, no holder yet */
-  if (parent != KVIDX__NONE) kvidx__kids_add(ix, parent, 1u);
+  if (parent != KVIDX__NONE) {
+    kvidx__run *pn = kvidx__run_at(ix, parent);
+    kvidx__kids_add(ix, parent, 1u);
+    if (poff + 1 == KVIDX__LEN(kvidx__ld(&pn->shape))) kvidx__st(&pn->cont, r);
+  }
   ix->runs_live++;
   ix->entries++;
   return r;
@@ -2505,6 +2514,33 @@ KVIDX__PRIV void kvidx__emit_slot(const kvidx *ix, kvidx__sink *k, uint32_t s, s
   }
 }
 
+/* Reader: warm the lines the walk will read at run r, a step ahead: its
+ * locals and holders, and the record of its cont hint, which it returns
+ * (NONE if out of range).  Nothing here is validated: the values only pick
+ * what to prefetch, each bounds-checked, and the walk reads the run again
+ * under its seqlock. */
+KVIDX__PRIV uint32_t kvidx__walk_peek(kvidx *ix, uint32_t r, uint32_t hw) {
+  kvidx__run *rn = KVIDX__RCAST(kvidx__run *, kvidx__grow_get(&ix->runs, r, 1, 1));
+  KVIDX__A(uint64_t) *lw, *hp = NULL;
+  const void *cn;
+  uint32_t len, nh, c, j;
+  if (!rn) return KVIDX__NONE;
+  len = KVIDX__LEN(kvidx__ld(&rn->shape));
+  nh = kvidx__ld(&rn->nhold);
+  lw = KVIDX__RCAST(KVIDX__A(uint64_t) *, kvidx__grow_get(&ix->words.g, kvidx__ld(&rn->locals), len, 1));
+  if (nh && nh <= ix->max_workers)
+    hp = KVIDX__RCAST(KVIDX__A(uint64_t) *,
+                      kvidx__grow_get(&ix->words.g, kvidx__ld(&rn->holders), KVIDX__CAST(uint64_t, nh) * hw, 1));
+  if (lw)
+    for (j = 0; j < len; j += 8) KVIDX__PREFETCH(&lw[j]);
+  if (hp)
+    for (j = 0; j < nh * hw; j += 8) KVIDX__PREFETCH(&hp[j]);
+  c = kvidx__ld(&rn->cont);
+  if (c == KVIDX__NONE || !(cn = kvidx__grow_get(&ix->runs, c, 1, 1))) return KVIDX__NONE;
+  KVIDX__PREFETCH(cn);
+  return c;
+}
+
 /* One holder seen in a run: slot | cutoff << 16 | device blocks << 24. */
 #define KVIDX__HIT(s, cut, dev) ((s) | (cut) << 16 | (dev) << 24)
 
@@ -2515,6 +2551,8 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
   uint64_t act[KVIDX__NW_MAX], seen[KVIDX__NW_MAX];
   uint32_t hits[KVIDX_WORKERS_MAX];
   uint32_t nw = rc->nw, r, w, hw = ix->hw, first = 1, prev = KVIDX__NONE, poff = 0, nhits = 0, m = 0, j, kids = 0;
+  uint32_t len = 0, cont = KVIDX__NONE, hinted = 0; /* hinted: r is the last run's cont, not the child map's */
+  uint32_t ahead1 = KVIDX__NONE, ahead2 = KVIDX__NONE; /* the cont chain past r, being warmed */
   size_t p = 0;
   if (!n) return;
   memset(act, 0, nw * sizeof(uint64_t));
@@ -2524,7 +2562,7 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
     uint32_t tries;
     int ok = 0;
     for (tries = 0; rn && tries < rc->max_tries && !ok; tries++) {
-      uint32_t v1 = kvidx__ld_acq(&rn->ver), shape, len, nh, max;
+      uint32_t v1 = kvidx__ld_acq(&rn->ver), shape, nh, max;
       KVIDX__A(uint64_t) *lw, *hp = NULL;
       if (tries) kvidx__backoff(tries);
       if (v1 & 1) continue;
@@ -2541,7 +2579,12 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
         hp = KVIDX__RCAST(KVIDX__A(uint64_t) *,
                           kvidx__grow_get(&ix->words.g, kvidx__ld(&rn->holders), KVIDX__CAST(uint64_t, nh) * hw, 1));
       if (!lw || (nh && !hp) || nh > ix->max_workers) continue; /* torn: retry */
+      if (!tries) { /* ask for every line of the locals and holders at once */
+        for (j = 8; j < len; j += 8) KVIDX__PREFETCH(&lw[j]);
+        for (j = 0; j < nh * hw; j += 8) KVIDX__PREFETCH(&hp[j]);
+      }
       kids = kvidx__ld(&rn->kids);
+      cont = kvidx__ld(&rn->cont);
       max = n - p < len ? KVIDX__CAST(uint32_t, n - p) : len;
       for (m = 0; m < max && kvidx__ld(&lw[m]) == loc[p + m]; m++) {}
       for (nhits = 0, j = 0; j < nh; j++) {
@@ -2562,10 +2605,35 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
       kvidx__fence_acq();
       if (kvidx__ld(&rn->ver) == v1) ok = 1;
     }
-    if (ok != 1 || m == 0) { /* the run went away (a miss) or never held still (give up) */
-      if (ok == 0) rc->gave_up = 1;
-      break;
+    if (ok != 1 || m == 0) {
+      if (hinted) { /* the hint did not check out: ask the child map */
+        hinted = 0;
+        r = kvidx__child_probe(ix, rc, prev, poff, loc[p]);
+        continue;
+      }
+      if (ok == 0) rc->gave_up = 1; /* the run never held still: give up */
+      break;                        /* it went away: a miss */
     }
+    /* A hinted run is the child map's answer: it hangs below (prev, poff)
+     * and starts with loc[p] (m > 0), and the map holds one run per key. */
+    /* Long prompts walk dozens of runs, each a few cache misses deep.  Once
+     * the walk is on a cont chain (r came by its hint), the misses overlap:
+     * the next run's locals and holders were asked for one step ago, the
+     * record after it two steps ago.  Off a chain, only the hinted record is
+     * asked for (most queries leave the shared prefix at its first branch). */
+    if (m == len && cont != KVIDX__NONE && kids && p + m < n) {
+      if (hinted) {
+        uint32_t after;
+        if (ahead1 != cont) ahead2 = kvidx__walk_peek(ix, cont, hw); /* joined the chain here */
+        after = ahead2 != KVIDX__NONE ? kvidx__walk_peek(ix, ahead2, hw) : KVIDX__NONE;
+        ahead1 = ahead2;
+        ahead2 = after;
+      } else {
+        const void *nx = kvidx__grow_get(&ix->runs, cont, 1, 1);
+        if (nx) KVIDX__PREFETCH(nx);
+      }
+    }
+    hinted = 0;
     /* commit the copy: holders stop inside the run or go on; the others of
      * act stopped where the run begins */
     memset(seen, 0, nw * sizeof(uint64_t));
@@ -2592,7 +2660,9 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
     if (w == nw) break;
     prev = r;
     poff = m - 1;
-    r = kids ? kvidx__child_probe(ix, rc, r, m - 1, loc[p]) : KVIDX__NONE;
+    if (!kids) r = KVIDX__NONE;
+    else if (m == len && cont != KVIDX__NONE) r = cont, hinted = 1;
+    else r = kvidx__child_probe(ix, rc, r, m - 1, loc[p]);
   }
   for (w = 0; w < nw; w++) /* still matching where the walk ended */
     for (; act[w]; act[w] &= act[w] - 1) {

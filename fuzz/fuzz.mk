@@ -49,10 +49,13 @@ $(FUZZ_DIR)/%_replay: fuzz/%.c fuzz/main.c fuzz/kvidx_impl.c $(FUZZ_HDRS) | deps
 	@mkdir -p $(FUZZ_DIR)
 	$(CC) $(CFLAGS_BASE) -O1 $(SAN) $(FUZZ_DEFS) -o $@ $($*_SRCS) fuzz/main.c $(PTHREAD)
 
-# libFuzzer builds
+# libFuzzer builds.  -O2 (not -O1): the chain hashing in the oracles' queries
+# (XXH3 under ASan) and the model's scans dominate fuzz_ops; -O2 measured
+# 10-30% more executions per second, and ASan and UBSan check the same.
+FUZZ_OPT ?= -O2
 $(FUZZ_DIR)/%_fuzzer: fuzz/%.c fuzz/kvidx_impl.c $(FUZZ_HDRS) $(wildcard fuzz/*.covignore) | deps
 	@mkdir -p $(FUZZ_DIR)
-	$(CLANG) $(CFLAGS_BASE) -O1 $(FUZZ_SAN_FLAGS) $($*_COVFLAGS) $(FUZZ_DEFS) -o $@ $($*_SRCS) $(PTHREAD)
+	$(CLANG) $(CFLAGS_BASE) $(FUZZ_OPT) $(FUZZ_SAN_FLAGS) $($*_COVFLAGS) $(FUZZ_DEFS) -o $@ $($*_SRCS) $(PTHREAD)
 
 fuzz-build-replay: $(addprefix $(FUZZ_DIR)/,$(addsuffix _replay,$(FUZZ_TARGETS)))
 fuzz-build: $(addprefix $(FUZZ_DIR)/,$(addsuffix _fuzzer,$(FUZZ_TARGETS)))

@@ -285,6 +285,67 @@ static void test_repeated_chunk(int kind) {
   kvidx_destroy(ix);
 }
 
+/* The walk's cont hint (the last run made below a run's last block) is tried
+ * before the child map and must be believed only when it checks out: a
+ * sibling continuation, a freed run and a run reused elsewhere are all
+ * behind the hint here at some point, and every answer must stay exact. */
+static void store_path(kvidx *ix, uint64_t w, const uint64_t *loc, size_t from, size_t to) {
+  uint64_t seq[160];
+  kvidx_block b[160];
+  size_t i;
+  kvidx_seq_hashes(loc, to, seq);
+  for (i = from; i < to; i++) b[i - from].local = loc[i], b[i - from].seq = seq[i];
+  CHECK_EQ(kvidx_store(ix, w, 0, from ? &seq[from - 1] : NULL, b, to - from), KVIDX_OK);
+}
+static void test_cont_hint(int kind) {
+  kvidx *ix = mk(kind, 0, 0);
+  uint64_t L[150], X[150], Y[150], Z[150], seqX[150];
+  size_t i;
+  for (i = 0; i < 150; i++) {
+    L[i] = 1000 + i;
+    X[i] = i < 64 ? L[i] : 5000 + i;    /* leaves L after its first run */
+    Y[i] = i < 128 ? L[i] : 7000 + i;   /* leaves L after two runs */
+    Z[i] = 9000 + i;                    /* elsewhere */
+  }
+  store_path(ix, 1, L, 0, 140);       /* runs of 64, 64, 12 */
+  CHECK_EQ(depth_of(ix, L, 150, 1, 0), 140);
+  store_path(ix, 2, X, 0, 100);       /* a sibling below L's block 63: the hint now */
+  CHECK_EQ(depth_of(ix, L, 150, 1, 0), 140);
+  CHECK_EQ(depth_of(ix, L, 150, 2, 0), 64);
+  CHECK_EQ(depth_of(ix, X, 150, 1, 0), 64);
+  CHECK_EQ(depth_of(ix, X, 150, 2, 0), 100);
+  store_path(ix, 3, Y, 0, 150);       /* and below block 127 */
+  CHECK_EQ(depth_of(ix, L, 150, 1, 0), 140);
+  CHECK_EQ(depth_of(ix, L, 150, 3, 0), 128);
+  CHECK_EQ(depth_of(ix, Y, 150, 1, 0), 128);
+  CHECK_EQ(depth_of(ix, Y, 150, 3, 0), 150);
+  CHECK_EQ(kvidx_clear(ix, 2, 0), KVIDX_OK); /* the hinted sibling is freed */
+  CHECK_EQ(depth_of(ix, L, 150, 1, 0), 140);
+  CHECK_EQ(depth_of(ix, X, 150, 1, 0), 64);
+  CHECK_EQ(depth_of(ix, X, 150, 2, 0), 0);
+  store_path(ix, 4, Z, 0, 90);        /* reuses freed runs elsewhere */
+  CHECK_EQ(depth_of(ix, L, 150, 1, 0), 140);
+  CHECK_EQ(depth_of(ix, L, 150, 4, 0), 0);
+  CHECK_EQ(depth_of(ix, Z, 150, 4, 0), 90);
+  CHECK_EQ(depth_of(ix, Y, 150, 3, 0), 150);
+  /* the sibling again, then a hole in L's second run for worker 1 */
+  store_path(ix, 2, X, 0, 100);
+  kvidx_seq_hashes(X, 100, seqX);
+  CHECK_EQ(depth_of(ix, X, 150, 2, 0), 100);
+  {
+    uint64_t seqL[150];
+    kvidx_seq_hashes(L, 150, seqL);
+    CHECK_EQ(kvidx_remove(ix, 1, 0, &seqL[100], 1), KVIDX_OK);
+  }
+  CHECK_EQ(depth_of(ix, L, 150, 1, 0), 100);
+  CHECK_EQ(depth_of(ix, Y, 150, 1, 0), 100);
+  CHECK_EQ(depth_of(ix, L, 150, 3, 0), 128);
+  CHECK_EQ(kvidx_remove(ix, 2, 0, &seqX[64], 1), KVIDX_OK);
+  CHECK_EQ(depth_of(ix, X, 150, 2, 0), 64);
+  CHECK_EQ(kvidx__check(ix), 0);
+  kvidx_destroy(ix);
+}
+
 /* ---- 3. the positional index's two traps, for every kind and jump size --- */
 static void test_traps(int kind, uint32_t jump) {
   kvidx *ix = mk(kind, 0, jump);
@@ -836,6 +897,7 @@ int main(int argc, char **argv) {
       test_traps(KINDS[k], jumps[j]);
     }
     test_repeated_chunk(KINDS[k]);
+    test_cont_hint(KINDS[k]);
     test_capacity(KINDS[k]);
     test_alloc_failure(KINDS[k]);
     test_buffer(KINDS[k]);
