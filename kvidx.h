@@ -109,11 +109,19 @@
  *   (decode steps store one block at a time: they grow one run) and starting
  *   a new run where the path leaves the existing ones.
  *
- *   Run header (32 bytes, type-stable array, 32-bit ids):
+ *   Run header (32 bytes, two to a cache line, type-stable array, 32-bit ids):
  *     +-----+--------+--------------------------------+-------+--------+---------+------+------+
- *     | ver | parent | len:8 poff:8 lclass:8 hclass:8 | nhold | locals | holders | kids | free |
+ *     | ver | parent | len:8 poff:8 lclass:8 hclass:8 | nhold | locals | holders | kids | cont |
  *     +-----+--------+--------------------------------+-------+--------+---------+------+------+
- *       seqlock          shape (len 0 = free)                   word indices     writer only
+ *       seqlock          shape (len 0 = free)           :16    word indices      (a)    (b)
+ *     (a) children hanging below; a free run's link in the free list.
+ *     (b) a hint: the last run made below this run's last block (where a
+ *         long store's next 64 blocks go).  The walk tries it before the
+ *         child map, reads it like any run, and believes it only if it hangs
+ *         below (this run, last offset) and starts with the query's next
+ *         local: the child map holds one run per such key, so that is the
+ *         run the probe would find.  Along a chain of hints the walk asks
+ *         for the next runs' lines a step or two ahead.
  *   locals:  [local 0][local 1]...[local len-1]          (2^lclass words)
  *   holders: [slot:32 | cutoff:32]([device bits]) x nhold (2^hclass words)
  *     cutoff = how many leading blocks of the run that worker holds; the
@@ -507,6 +515,9 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
 #ifndef KVIDX_WORKERS_MAX
 #define KVIDX_WORKERS_MAX 4096
 #endif
+#if KVIDX_WORKERS_MAX > 65535
+#error "kvidx.h: KVIDX_WORKERS_MAX above 65535 (a run's holder count is 16 bits)"
+#endif
 #ifndef KVIDX_JUMP_MAX
 #define KVIDX_JUMP_MAX 256
 #endif
@@ -785,17 +796,20 @@ typedef struct {
   KVIDX__A(uint32_t) parent;  /* parent run, KVIDX__NONE = the root            */
   KVIDX__A(uint32_t) shape;   /* len | parent offset << 8 | locals class << 16
                                  | holders class << 24; len 0 = a free run     */
-  KVIDX__A(uint32_t) nhold;   /* holder entries in use                         */
+  KVIDX__A(uint32_t) nhold;   /* low 16 bits: holder entries in use (read them
+                                 with KVIDX__NHOLD); high 16: the checker's
+                                 count of children, zero otherwise            */
   KVIDX__A(uint32_t) locals;  /* word index of the locals chunk                */
   KVIDX__A(uint32_t) holders; /* word index of the holder chunk                */
   KVIDX__A(uint32_t) kids;    /* child runs hanging below: readers and stores
-                                 skip the child map when there are none       */
+                                 skip the child map when there are none; in a
+                                 free run (kids 0), the next free run         */
   KVIDX__A(uint32_t) cont;    /* a hint: the last run made below this run's
                                  last block (a long store's next 64), or NONE;
                                  the walk tries it before the child map and
                                  believes it only if it checks out            */
-  uint32_t next_free;         /* writer: free list                             */
 } kvidx__run;
+#define KVIDX__NHOLD(word) ((word) & 0xFFFFu)
 
 /* A worker slot's identity, what readers load: 32 bytes, two to a cache
  * line, in an array of their own (the writer's per-slot state below
@@ -1739,7 +1753,7 @@ KVIDX__PRIV uint32_t kvidx__run_new(kvidx *ix, uint32_t parent, uint32_t poff, u
   if (li == KVIDX__NONE) return KVIDX__NONE;
   if (ix->run_free != KVIDX__NONE) {
     r = ix->run_free;
-    ix->run_free = kvidx__run_at(ix, r)->next_free;
+    ix->run_free = kvidx__ld(&kvidx__run_at(ix, r)->kids); /* the free list's link */
   } else {
     r = ix->runs_hw++;
     kvidx__st(&kvidx__run_at(ix, r)->ver, 0u); /* fresh memory: the seqlock starts even */
@@ -1751,11 +1765,10 @@ KVIDX__PRIV uint32_t kvidx__run_new(kvidx *ix, uint32_t parent, uint32_t poff, u
   kvidx__st(&rn->locals, li);
   kvidx__st(&rn->holders, KVIDX__NONE);
   kvidx__st(&rn->nhold, 0u);
-  kvidx__st(&rn->shape, KVIDX__SHAPE(1, poff, lc, KVIDX__NOCLASS));
-  kvidx__run_wend(rn);
   kvidx__st(&rn->kids, 0u);
   kvidx__st(&rn->cont, KVIDX__NONE);
-  rn->next_free = KVIDX__NONE;
+  kvidx__st(&rn->shape, KVIDX__SHAPE(1, poff, lc, KVIDX__NOCLASS));
+  kvidx__run_wend(rn);
   kvidx__child_key(e, parent, poff, local);
   e[2] = r;
   kvidx__map_insert(ix, &ix->children, e);
@@ -1796,7 +1809,7 @@ KVIDX__PRIV void kvidx__run_release(kvidx *ix, uint32_t r) {
     kvidx__run *rn = kvidx__run_at(ix, r);
     uint32_t shape = kvidx__ld(&rn->shape), parent = kvidx__ld(&rn->parent);
     uint64_t key[2];
-    if (kvidx__ld(&rn->nhold) || kvidx__ld(&rn->kids)) return;
+    if (KVIDX__NHOLD(kvidx__ld(&rn->nhold)) || kvidx__ld(&rn->kids)) return;
     kvidx__child_key(key, parent, KVIDX__POFF(shape), kvidx__local_at(ix, rn, 0));
     kvidx__map_delete(ix, &ix->children, kvidx__map_find(ix, &ix->children, key));
     kvidx__run_wbegin(rn);
@@ -1805,7 +1818,7 @@ KVIDX__PRIV void kvidx__run_release(kvidx *ix, uint32_t r) {
     kvidx__run_wend(rn);
     kvidx__chunk_free(ix, kvidx__ld(&rn->locals), KVIDX__LCLS(shape));
     if (KVIDX__HCLS(shape) != KVIDX__NOCLASS) kvidx__chunk_free(ix, kvidx__ld(&rn->holders), KVIDX__HCLS(shape));
-    rn->next_free = ix->run_free;
+    kvidx__st(&rn->kids, ix->run_free); /* readers see len 0 and never read it */
     ix->run_free = r;
     ix->runs_live--;
     ix->entries -= KVIDX__LEN(shape);
@@ -1824,7 +1837,7 @@ KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__holder(const kvidx *ix, const kvidx__run 
 /* Add slot s with cutoff 0; returns its index or KVIDX__NONE (no memory). */
 KVIDX__PRIV uint32_t kvidx__holder_add(kvidx *ix, uint32_t r, uint32_t s) {
   kvidx__run *rn = kvidx__run_at(ix, r);
-  uint32_t shape = kvidx__ld(&rn->shape), hc = KVIDX__HCLS(shape), nh = kvidx__ld(&rn->nhold);
+  uint32_t shape = kvidx__ld(&rn->shape), hc = KVIDX__HCLS(shape), nh = KVIDX__NHOLD(kvidx__ld(&rn->nhold));
   uint32_t hi = kvidx__ld(&rn->holders), nhi = hi, nhc = hc, i;
   if (hc == KVIDX__NOCLASS || (nh + 1) * ix->hw > (1u << hc)) {
     nhc = hc == KVIDX__NOCLASS ? kvidx__class_of(ix->hw) : hc + 1;
@@ -1878,7 +1891,7 @@ KVIDX__PRIV void kvidx__holder_set(kvidx *ix, uint32_t r, KVIDX__A(uint64_t) *h)
 KVIDX__PRIV void kvidx__hold_drop(kvidx *ix, uint32_t r, uint32_t at) {
   kvidx__run *rn = kvidx__run_at(ix, r);
   uint32_t j = KVIDX__CAST(uint32_t, kvidx__ld(&kvidx__map_at(&ix->holds, at)[KVIDX__H_INDEX]));
-  uint32_t last = kvidx__ld(&rn->nhold) - 1, k;
+  uint32_t last = KVIDX__NHOLD(kvidx__ld(&rn->nhold)) - 1, k;
   kvidx__run_wbegin(rn);
   KVIDX_TEST_HOOK(ix, 7); /* a holder leaving */
   if (j != last) { /* the last entry fills the gap; its holding learns its new index */
@@ -2526,7 +2539,7 @@ KVIDX__PRIV uint32_t kvidx__walk_peek(kvidx *ix, uint32_t r, uint32_t hw) {
   uint32_t len, nh, c, j;
   if (!rn) return KVIDX__NONE;
   len = KVIDX__LEN(kvidx__ld(&rn->shape));
-  nh = kvidx__ld(&rn->nhold);
+  nh = KVIDX__NHOLD(kvidx__ld(&rn->nhold));
   lw = KVIDX__RCAST(KVIDX__A(uint64_t) *, kvidx__grow_get(&ix->words.g, kvidx__ld(&rn->locals), len, 1));
   if (nh && nh <= ix->max_workers)
     hp = KVIDX__RCAST(KVIDX__A(uint64_t) *,
@@ -2568,7 +2581,7 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
       if (v1 & 1) continue;
       shape = kvidx__ld(&rn->shape);
       len = KVIDX__LEN(shape);
-      nh = kvidx__ld(&rn->nhold);
+      nh = KVIDX__NHOLD(kvidx__ld(&rn->nhold));
       if (!len || kvidx__ld(&rn->parent) != prev || KVIDX__POFF(shape) != poff) {
         kvidx__fence_acq(); /* freed, or reused for another path: a miss if that is stable */
         if (kvidx__ld(&rn->ver) == v1) ok = 2;
@@ -3312,7 +3325,7 @@ KVIDX__PRIV int kvidx__check_holdings(kvidx *ix, int after_sub) {
     KVIDX__CHK(held && (multi & ~held) == 0 && (dev & ~held) == 0);
     KVIDX__CHK(KVIDX__LEN(kvidx__ld(&rn->shape)) == 64 || (held >> KVIDX__LEN(kvidx__ld(&rn->shape))) == 0);
     j = KVIDX__CAST(uint32_t, kvidx__ld(&h[KVIDX__H_INDEX]));
-    KVIDX__CHK(j < kvidx__ld(&rn->nhold));
+    KVIDX__CHK(j < KVIDX__NHOLD(kvidx__ld(&rn->nhold)));
     KVIDX__CHK(kvidx__ld(kvidx__holder(ix, rn, j)) == ((KVIDX__CAST(uint64_t, kvidx__cutoff(held)) << 32) | s));
     KVIDX__CHK(ix->hw < 2 || kvidx__ld(kvidx__holder(ix, rn, j) + 1) == dev);
     KVIDX__CHK(ix->tiers_on || dev == held);
@@ -3366,6 +3379,7 @@ KVIDX__PRIV int kvidx__check_runs(kvidx *ix) {
     } else {
       KVIDX__CHK(KVIDX__POFF(shape) == 0);
     }
+    KVIDX__CHK(kvidx__ld(&rn->nhold) <= 0xFFFFu); /* no count left behind by a checker */
     KVIDX__CHK(kvidx__ld(&rn->nhold) || kvidx__ld(&rn->kids)); /* nobody holds it and nothing hangs below: freed */
     KVIDX__CHK(kvidx__ld(&rn->nhold) == 0 || (KVIDX__HCLS(shape) != KVIDX__NOCLASS &&
                                                kvidx__ld(&rn->nhold) * ix->hw <= (1u << KVIDX__HCLS(shape))));
@@ -3376,27 +3390,30 @@ KVIDX__PRIV int kvidx__check_runs(kvidx *ix) {
     }
     holders += kvidx__ld(&rn->nhold);
   }
-  for (r = ix->run_free; r != KVIDX__NONE; r = kvidx__run_at(ix, r)->next_free) {
+  for (r = ix->run_free; r != KVIDX__NONE; r = kvidx__ld(&kvidx__run_at(ix, r)->kids)) {
     KVIDX__CHK(r < ix->runs_hw && ++freed <= ix->runs_hw && KVIDX__LEN(kvidx__ld(&kvidx__run_at(ix, r)->shape)) == 0);
   }
   KVIDX__CHK(live == ix->runs_live && live + freed == ix->runs_hw && entries == ix->entries);
-  /* kids: count each live run's children in its next_free (writer-only and
-   * unused while the run lives; every live run's parent lives, see above),
-   * compare, reset.  kids itself stays as it is: readers beside the checker
-   * skip the child map below a run whose kids read 0. */
-  for (r = 0; r < ix->runs_hw; r++)
-    if (KVIDX__LEN(kvidx__ld(&kvidx__run_at(ix, r)->shape))) kvidx__run_at(ix, r)->next_free = 0;
+  /* kids: count each live run's children (mod 2^16) in the high half of its
+   * nhold word (every live run's parent lives, see above), compare, reset.
+   * Readers beside the checker read only the low half, which stays as it
+   * is, and kids itself is untouched: readers skip the child map below a
+   * run whose kids read 0. */
   for (r = 0; r < ix->runs_hw; r++) {
     kvidx__run *rn = kvidx__run_at(ix, r);
     uint32_t parent = kvidx__ld(&rn->parent);
-    if (KVIDX__LEN(kvidx__ld(&rn->shape)) && parent != KVIDX__NONE) kvidx__run_at(ix, parent)->next_free++;
+    if (KVIDX__LEN(kvidx__ld(&rn->shape)) && parent != KVIDX__NONE) {
+      kvidx__run *pn = kvidx__run_at(ix, parent);
+      kvidx__st(&pn->nhold, kvidx__ld(&pn->nhold) + 0x10000u);
+    }
   }
-  KVIDX_TEST_HOOK(ix, 8); /* the checker, its counts taken apart */
+  KVIDX_TEST_HOOK(ix, 8); /* the checker, its counts in the nhold words */
   for (r = 0; r < ix->runs_hw; r++) {
     kvidx__run *rn = kvidx__run_at(ix, r);
+    uint32_t v = kvidx__ld(&rn->nhold);
     if (!KVIDX__LEN(kvidx__ld(&rn->shape))) continue;
-    if (rn->next_free != kvidx__ld(&rn->kids)) freed = KVIDX__NONE;
-    rn->next_free = KVIDX__NONE;
+    if ((v >> 16) != (kvidx__ld(&rn->kids) & 0xFFFFu)) freed = KVIDX__NONE;
+    kvidx__st(&rn->nhold, KVIDX__NHOLD(v));
   }
   KVIDX__CHK(freed != KVIDX__NONE);
   KVIDX__CHK(holders == ix->holds.n && ix->children.n == live);
