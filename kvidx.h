@@ -1591,7 +1591,14 @@ KVIDX__PRIV void kvidx__score_sort(kvidx_score *a, size_t n) {
   for (w = 1; w < n; w *= 2) {
     for (i = 0; i < n; i += 2 * w) {
       size_t l = i, m = i + w < n ? i + w : n, r = i + 2 * w < n ? i + 2 * w : n, o = i, x = l, y = m;
-      while (x < m && y < r) dst[o++] = kvidx__score_before(&src[y], &src[x]) ? src[y++] : src[x++];
+      while (x < m && y < r) { /* branch-free pick: the order of equal-depth scores is a coin toss */
+        const kvidx_score *a1 = &src[y], *b1 = &src[x];
+        int ty = (a1->depth > b1->depth) | ((a1->depth == b1->depth) & ((a1->worker_id < b1->worker_id) |
+                 ((a1->worker_id == b1->worker_id) & (a1->dp_rank < b1->dp_rank))));
+        dst[o++] = *(ty ? a1 : b1);
+        y += KVIDX__CAST(size_t, ty);
+        x += KVIDX__CAST(size_t, !ty);
+      }
       while (x < m) dst[o++] = src[x++];
       while (y < r) dst[o++] = src[y++];
     }
@@ -1776,7 +1783,9 @@ KVIDX__PRIV uint32_t kvidx__run_new(kvidx *ix, uint32_t parent, uint32_t poff, u
   if (parent != KVIDX__NONE) {
     kvidx__run *pn = kvidx__run_at(ix, parent);
     kvidx__kids_add(ix, parent, 1u);
-    if (poff + 1 == KVIDX__LEN(kvidx__ld(&pn->shape))) kvidx__st(&pn->cont, r);
+    /* release: a reader that takes the hint finds r's record written (a
+     * fresh record's memory is not zeroed) */
+    if (poff + 1 == KVIDX__LEN(kvidx__ld(&pn->shape))) kvidx__st_rel(&pn->cont, r);
   }
   ix->runs_live++;
   ix->entries++;
@@ -2600,10 +2609,15 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
       cont = kvidx__ld(&rn->cont);
       max = n - p < len ? KVIDX__CAST(uint32_t, n - p) : len;
       for (m = 0; m < max && kvidx__ld(&lw[m]) == loc[p + m]; m++) {}
+      if (hinted && !m) break; /* a sibling, not the query's path: ask the child map */
       for (nhits = 0, j = 0; j < nh; j++) {
         uint64_t e = kvidx__ld(&hp[j * hw]);
         uint32_t s = KVIDX__CAST(uint32_t, e & 0xFFFFFFFFu), cut = KVIDX__CAST(uint32_t, e >> 32), upto, c = 0;
-        if (s >= nw * 64 || cut > KVIDX__RUN_MAX) break; /* torn or newer than our word count */
+        if (cut > KVIDX__RUN_MAX) break; /* torn: retry */
+        /* a slot past our word count was assigned after the query began
+         * (emit_slot would skip it too), or the copy is torn: skip it, the
+         * seqlock check below tells the two apart */
+        if (s >= nw * 64) continue;
         if (!first && !((act[s >> 6] >> (s & 63)) & 1)) continue;
         upto = cut < m ? cut : m;
         if (dev) { /* device blocks among the ones this worker matched here */
