@@ -191,6 +191,8 @@
  *          kvidx_last_event_gen; restarts only on a generation change.
  *          64-bit slot generations; slot identities under a seqlock.
  *          Maps grow incrementally (no store pays for a whole rehash).
+ *          Runs carry a hint to the run continuing them; queries follow it
+ *          (checked) and prefetch along it; results merge branch-free.
  *   0.1.0  first release: hashing, reference model, radix and positional
  *          indexes, caller-buffer mode, seqlock reader path, event ids,
  *          storage tiers, eviction policies and TTL mode, dumps and binary

@@ -37,6 +37,12 @@ struct fm_model {
   size_t capq;
   kvidx_score *all;
   size_t capall;
+  /* store scratch: per block of the run, where its seq sits in the worker
+   * (held before the call, or pushed by it), -1 while unknown; and the
+   * first block of the run with the same seq */
+  long *at;
+  size_t *first;
+  size_t capat;
   size_t max_blocks;
   uint32_t max_workers;
   size_t n_blocks, n_workers; /* running totals (recounted in fm_check) */
@@ -59,6 +65,8 @@ void fm_destroy(fm_model *m) {
   free(m->w);
   free(m->q);
   free(m->all);
+  free(m->at);
+  free(m->first);
   free(m);
 }
 
@@ -132,12 +140,23 @@ int fm_store(fm_model *m, uint64_t worker_id, uint32_t dp_rank, const uint64_t *
     have_chain = 1;
   }
   /* first pass: how many new blocks (a seq repeated inside the run is new
-   * only the first time) */
+   * only the first time); each block's place in the worker is kept for the
+   * second pass (one scan of the worker per block, not two) */
+  if (n > m->capat) {
+    free(m->at);
+    free(m->first);
+    m->at = (long *)malloc(n * sizeof *m->at);
+    m->first = (size_t *)malloc(n * sizeof *m->first);
+    if (!m->at || !m->first) abort();
+    m->capat = n;
+  }
   size_t added = 0;
   for (size_t i = 0; i < n; i++) {
-    int held = w && fm_find_seq(w, b[i].seq) >= 0;
-    for (size_t j = 0; j < i && !held; j++) held = b[j].seq == b[i].seq;
-    added += !held;
+    m->at[i] = w ? fm_find_seq(w, b[i].seq) : -1;
+    m->first[i] = i;
+    for (size_t j = 0; j < i && m->first[i] == i; j++)
+      if (b[j].seq == b[i].seq) m->first[i] = j;
+    added += m->at[i] < 0 && m->first[i] == i;
   }
   if (added) {
     if (m->max_blocks && fm_blocks(m) + added > m->max_blocks) return KVIDX_EFULL;
@@ -162,12 +181,13 @@ int fm_store(fm_model *m, uint64_t worker_id, uint32_t dp_rank, const uint64_t *
   }
   /* second pass: apply; a held seq stays as it is and the run chains from it */
   for (size_t i = 0; i < n; i++) {
-    long h = fm_find_seq(w, b[i].seq);
+    long h = m->at[i] >= 0 ? m->at[i] : m->at[m->first[i]]; /* held before, or pushed above */
     if (h >= 0) {
       chain = w->b[h].chain;
     } else {
       chain = have_chain ? kvidx_seq_hash_next(chain, b[i].local) : b[i].local;
       if (fm_push(w, b[i].seq, chain)) abort();
+      m->at[i] = (long)w->n;
       m->n_workers += w->n == 0;
       m->n_blocks++;
       w->n++;
