@@ -286,9 +286,11 @@ static void test_repeated_chunk(int kind) {
 }
 
 /* The walk's cont hint (the last run made below a run's last block) is tried
- * before the child map and must be believed only when it checks out: a
- * sibling continuation, a freed run and a run reused elsewhere are all
- * behind the hint here at some point, and every answer must stay exact. */
+ * before the child map where a run has one child, and must be believed only
+ * when it checks out: a freed sibling and a run reused elsewhere are behind
+ * the hint here at some point (6 checks fail if a failed hint is taken for
+ * a miss), siblings side by side are not (two children: the map decides),
+ * and every answer must stay exact. */
 static void store_path(kvidx *ix, uint64_t w, const uint64_t *loc, size_t from, size_t to) {
   uint64_t seq[160];
   kvidx_block b[160];
