@@ -116,8 +116,9 @@
  *       seqlock          shape (len 0 = free)           :16    word indices      (a)    (b)
  *     (a) children hanging below; a free run's link in the free list.
  *     (b) a hint: the last run made below this run's last block (where a
- *         long store's next 64 blocks go).  The walk tries it before the
- *         child map, reads it like any run, and believes it only if it hangs
+ *         long store's next 64 blocks go).  Below a run with one child the
+ *         walk tries it before the child map, reads it like any run, and
+ *         believes it only if it hangs
  *         below (this run, last offset) and starts with the query's next
  *         local: the child map holds one run per such key, so that is the
  *         run the probe would find.  Along a chain of hints the walk asks
@@ -192,7 +193,7 @@
  *          64-bit slot generations; slot identities under a seqlock.
  *          Maps grow incrementally (no store pays for a whole rehash).
  *          Runs carry a hint to the run continuing them; queries follow it
- *          (checked) and prefetch along it; results merge branch-free.
+ *          (checked) and prefetch along it.
  *   0.1.0  first release: hashing, reference model, radix and positional
  *          indexes, caller-buffer mode, seqlock reader path, event ids,
  *          storage tiers, eviction policies and TTL mode, dumps and binary
