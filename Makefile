@@ -34,7 +34,7 @@ $(BUILD)/.deps:
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "deps: installing$$missing"; \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing $(DEB_OPT_PKGS)) >$(BUILD)/apt.log 2>&1 || \
+	    (apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq $$missing $(DEB_OPT_PKGS)) >$(BUILD)/apt.log 2>&1 || \
 	      { echo "deps: apt-get failed, see $(BUILD)/apt.log"; exit 1; }; \
 	  else \
 	    echo "deps: missing Debian packages:$$missing"; \

@@ -71,6 +71,7 @@ test-bench: $(BUILD)/kvidx-bench $(BUILD)/kvidx-bench-nothreads $(if $(CLANG),$(
 	run "growth with a reader (answers checked)" $$b --growth --growth-blocks 30000 --growth-workers 16 --readers 1; \
 	run "writer scaling" $$b $(BENCH_SMOKE) --scaling --scale-writers 1,2 --readers 1 --conc-time 0.1; \
 	grep -q 'fraction_of_alone=' $(BENCH_LOG) || { echo "test-bench: no scaling line"; exit 1; }; \
+	run "result ordering: order-hint placement equals the merge sort" $$b --order-bench 64,3; \
 	run "demo" $$b --demo --trace $(BENCH_TRACE) --max-requests 3000 -W 8 -C 512; \
 	run "KVIDX_NO_THREADS build" $(BUILD)/kvidx-bench-nothreads $(BENCH_SMOKE); \
 	if [ -n "$(CLANG)" ]; then run "clang build" $(BUILD)/kvidx-bench-clang $(BENCH_SMOKE); fi; \

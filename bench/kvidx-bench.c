@@ -378,6 +378,7 @@ typedef struct {
   size_t growth_blocks;
   uint32_t growth_workers, growth_len;
   int scaling; /* --scaling */
+  size_t order_n, order_depths; /* --order-bench N[,D] */
   int scale_writers[16], nscale;
   int mixed_writers;
   int argc;
@@ -2010,6 +2011,57 @@ static size_t format_scores(char **buf, size_t *cap, const kvidx_score *sc, size
   return at;
 }
 
+/* --order-bench N[,D]: the result ordering alone, on N scores of random
+ * worker ids spread over D depths (1): the comparison merge sort against
+ * the placement by order hints (kvidx__score_place), ns per call, median of
+ * 7 rounds of 20,000 calls each.  The hints are the scores' ranks among
+ * themselves, as in a fleet whose every live worker answered. */
+static int run_order_bench(const opts_t *o) {
+  enum { ROUNDS = 7, CALLS = 20000 };
+  size_t n = o->order_n, i, j, r, c;
+  kvidx_score base[KVIDX__SORT_BUF], a[KVIDX__SORT_BUF];
+  uint16_t order[KVIDX__SORT_BUF];
+  uint32_t took[2][ROUNDS];
+  uint64_t x = 88172645463325252ull, sum = 0;
+  if (n < 2 || n > KVIDX__SORT_BUF) die("--order-bench N: 2..%d", KVIDX__SORT_BUF);
+  if (o->order_depths < 1 || o->order_depths > 8) die("--order-bench N,D: D in 1..8");
+  for (i = 0; i < n; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    base[i].worker_id = x % 1000000;
+    base[i].dp_rank = 0;
+    base[i].depth = (uint32_t)(16 * (1 + (x >> 32) % o->order_depths));
+  }
+  for (i = 0; i < n; i++) {
+    for (order[i] = 0, j = 0; j < n; j++)
+      if (base[j].worker_id < base[i].worker_id || (base[j].worker_id == base[i].worker_id && j < i)) order[i]++;
+    base[i].dp_rank = order[i]; /* equal random ids: ranks keep (id, rank) distinct */
+  }
+  memcpy(a, base, n * sizeof *a);
+  kvidx__score_sort(a, n);
+  {
+    kvidx_score placed[KVIDX__SORT_BUF];
+    memcpy(placed, base, n * sizeof *a);
+    if (!kvidx__score_place(placed, n, order) || memcmp(placed, a, n * sizeof *a))
+      die("order-bench: the placement differs from the merge sort");
+  }
+  for (r = 0; r < ROUNDS; r++)
+    for (int way = 0; way < 2; way++) {
+      uint64_t t0 = now_ns();
+      for (c = 0; c < CALLS; c++) {
+        memcpy(a, base, n * sizeof *a);
+        if (way == 0) kvidx__score_sort(a, n);
+        else if (!kvidx__score_place(a, n, order)) die("order-bench: the hints were refused");
+        sum += a[c % n].worker_id;
+      }
+      took[way][r] = (uint32_t)((now_ns() - t0) / CALLS);
+    }
+  qsort(took[0], ROUNDS, sizeof took[0][0], cmp_u32);
+  qsort(took[1], ROUNDS, sizeof took[1][0], cmp_u32);
+  printf("order-bench scores=%zu depths=%zu merge_sort_ns=%u place_ns=%u (checksum %" PRIu64 ")\n", n, o->order_depths,
+         took[0][ROUNDS / 2], took[1][ROUNDS / 2], sum);
+  return 0;
+}
+
 /* --replay FILE [--kind K] [--time REPS | --expect ANSWERS] */
 static int run_replay(const opts_t *o) {
   uint64_t t0 = now_ns();
@@ -2484,6 +2536,8 @@ static void usage(void) {
       "  --scaling           writer threads on disjoint workers (--scale-writers LIST, 1,2),\n"
       "                      then --readers (1) alone and with --mixed-writers (1) writers;\n"
       "                      --conc-time S per phase\n"
+      "  --order-bench N[,D] result ordering alone: merge sort vs order-hint placement\n"
+      "                      of N scores at D (1) depths, ns per call (median of 7)\n"
       "debugging:\n"
       "  --check-every N     kvidx__check after every N ops of the first pass\n"
       "  --dump-ops A[,B]    print ops A..B of the generated stream and exit\n"
@@ -2581,6 +2635,11 @@ int main(int argc, char **argv) {
       if (o.replay_reps < 1 || o.replay_reps > 1000) die("--time REPS: 1..1000");
     } else if (IS("--expect")) o.expect = str_arg(argc, argv, &i);
     else if (IS("--growth")) o.growth = 1;
+    else if (IS("--order-bench")) {
+      const char *v = str_arg(argc, argv, &i), *comma = strchr(v, ',');
+      o.order_n = (size_t)strtoul(v, NULL, 10);
+      o.order_depths = comma ? (size_t)strtoul(comma + 1, NULL, 10) : 1;
+    }
     else if (IS("--growth-blocks")) o.growth_blocks = (size_t)num_arg(argc, argv, &i);
     else if (IS("--growth-workers")) o.growth_workers = (uint32_t)num_arg(argc, argv, &i);
     else if (IS("--growth-len")) o.growth_len = (uint32_t)num_arg(argc, argv, &i);
@@ -2611,6 +2670,7 @@ int main(int argc, char **argv) {
   }
   if (o.writers < 0 || o.readers < 0 || o.writers + o.readers > 256) die("bad --writers/--readers");
   if (o.replay) return run_replay(&o);
+  if (o.order_n) return run_order_bench(&o);
   if ((o.growth || o.scaling) && !readers_set) o.readers = 1;
 #if !BENCH_HAVE_THREADS
   if (o.writers || o.readers || o.growth || o.scaling)

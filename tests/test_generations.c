@@ -1,4 +1,6 @@
-/* Slot generations do not wrap: a live worker stays in every answer however
+/* Worker slots: generations and order hints.
+ *
+ * Slot generations do not wrap: a live worker stays in every answer however
  * many times other workers' slots are reassigned.  0.1 kept a 32-bit epoch
  * compared as a signed difference: after 2^31 assignments a live worker
  * vanished.  Here each assignment advances the generation by 2^30
@@ -11,6 +13,79 @@
 
 static int fails, checks;
 #define CHECK(c) (checks++, (c) ? (void)0 : (void)(fails++, fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, #c)))
+
+/* Answers are in (depth desc, worker_id asc, dp_rank asc) order. */
+static int in_order(const kvidx_score *sc, size_t m) {
+  size_t i;
+  for (i = 1; i < m; i++)
+    if (!kvidx__score_before(&sc[i - 1], &sc[i])) return 0;
+  return 1;
+}
+
+/* Order hints (kvidx__score_place): the writer keeps each live slot's place
+ * in (id, rank) order through arrivals and departures (kvidx__check verifies
+ * it after each), answers of 17+ workers at a few depths are placed by them,
+ * and stale hints are caught and sorted by comparison. */
+static void test_order_hints(int kind) {
+  enum { W = 48 };
+  kvidx_config cfg = {0};
+  kvidx *ix;
+  uint64_t loc[4] = {21, 22, 23, 24}, seq[4], x = 7;
+  kvidx_block b[4];
+  kvidx_score sc[W];
+  int i, round;
+  cfg.kind = kind;
+  cfg.max_workers = W;
+  CHECK(kvidx_create(&ix, &cfg) == KVIDX_OK);
+  kvidx_seq_hashes(loc, 4, seq);
+  for (i = 0; i < 4; i++) b[i].local = loc[i], b[i].seq = seq[i];
+  for (round = 0; round < 200; round++) {
+    uint64_t id;
+    uint32_t rank;
+    size_t m;
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    id = (x >> 40) % 24;
+    rank = (uint32_t)(x >> 20) % 2;
+    if ((x >> 10) % 3 == 0)
+      kvidx_clear(ix, id, rank); /* the slot goes (if held) */
+    else
+      CHECK(kvidx_store(ix, id, rank, NULL, b, 1 + (size_t)((x >> 30) % 4)) == KVIDX_OK);
+    CHECK(kvidx__check(ix) == 0);
+    m = kvidx_find_matches(ix, loc, 4, sc, W);
+    CHECK(m <= W && in_order(sc, m));
+  }
+  kvidx_destroy(ix);
+}
+
+/* kvidx__score_place itself: right hints place, stale ones are refused. */
+static void test_score_place(void) {
+  enum { N = 20 };
+  kvidx_score a[N], fresh[N];
+  uint16_t order[N];
+  int i;
+  kvidx__sink k;
+  for (i = 0; i < N; i++) {
+    fresh[i].worker_id = (uint64_t)(1000 - 10 * i); /* emitted in reverse id order */
+    fresh[i].dp_rank = 0;
+    fresh[i].depth = (uint32_t)(1 + i % 3);
+    order[i] = (uint16_t)(N - 1 - i);
+  }
+  memcpy(a, fresh, sizeof a);
+  CHECK(kvidx__score_place(a, N, order) == 1 && in_order(a, N));
+  memcpy(a, fresh, sizeof a);
+  order[3] = order[6]; /* two scores at one depth, one hint */
+  CHECK(kvidx__score_place(a, N, order) == 0 && memcmp(a, fresh, sizeof a) == 0);
+  order[3] = (uint16_t)(N - 1 - 6), order[6] = (uint16_t)(N - 1 - 3); /* swapped at one depth: a wrong order */
+  CHECK(kvidx__score_place(a, N, order) == 0 && memcmp(a, fresh, sizeof a) == 0);
+  for (i = 0; i < N; i++) order[i] = (uint16_t)(N - 1 - i), a[i].depth = (uint32_t)(1 + i % 9); /* 9 depths */
+  CHECK(kvidx__score_place(a, N, order) == 0);
+  /* the sink falls back to the comparison sort on stale hints */
+  memcpy(a, fresh, sizeof a);
+  kvidx__sink_init(&k, a, sizeof(kvidx_score), N);
+  k.n = k.total = N;
+  for (i = 0; i < N; i++) k.order[i] = (uint16_t)(i % 5); /* nonsense */
+  CHECK(kvidx__sink_finish(&k) == N && in_order(a, N));
+}
 
 int main(void) {
   static const int kinds[2] = {KVIDX_RADIX, KVIDX_POSITIONAL};
@@ -40,6 +115,9 @@ int main(void) {
     CHECK(kvidx__check(ix) == 0);
     kvidx_destroy(ix);
   }
-  printf("generations: %d passed, %d failed\n", checks - fails, fails);
+  test_order_hints(KVIDX_RADIX);
+  test_order_hints(KVIDX_POSITIONAL);
+  test_score_place();
+  printf("generations and order hints: %d passed, %d failed\n", checks - fails, fails);
   return fails != 0;
 }
