@@ -1827,6 +1827,14 @@ KVIDX__PRIV void kvidx__child_key(uint64_t *key, uint32_t r, uint32_t off, uint6
   key[1] = local;
 }
 
+/* Reader: ask for the child map's line where the probe for (r, off, local)
+ * will start (a hint: the probe validates whatever it reads). */
+KVIDX__PRIV void kvidx__child_prefetch(const kvidx *ix, uint32_t r, uint32_t off, uint64_t local) {
+  uint64_t key[2];
+  kvidx__child_key(key, r, off, local);
+  kvidx__map_prefetch(&ix->children, kvidx__key_hash(ix->seed, key, 2), 1);
+}
+
 KVIDX__PRIV uint32_t kvidx__child_find(const kvidx *ix, uint32_t r, uint32_t off, uint64_t local) {
   uint64_t key[2];
   uint32_t at;
@@ -2714,6 +2722,8 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
       max = n - p < len ? KVIDX__CAST(uint32_t, n - p) : len;
       for (m = 0; m < max && kvidx__ld(&lw[m]) == loc[p + m]; m++) {}
       if (hinted && !m) break; /* a sibling, not the query's path: ask the child map */
+      if (m && p + m < n && kids && !(m == len && cont != KVIDX__NONE && kids == 1))
+        kvidx__child_prefetch(ix, r, m - 1, loc[p + m]); /* the probe after this run: ask now, use after the holders */
       for (nhits = 0, j = 0; j < nh; j++) {
         uint64_t e = kvidx__ld(&hp[j * hw]);
         uint32_t s = KVIDX__CAST(uint32_t, e & 0xFFFFFFFFu), cut = KVIDX__CAST(uint32_t, e >> 32), upto, c = 0;
