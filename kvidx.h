@@ -193,7 +193,8 @@
  *          64-bit slot generations; slot identities under a seqlock.
  *          Maps grow incrementally (no store pays for a whole rehash).
  *          Runs carry a hint to the run continuing them; queries follow it
- *          (checked) and prefetch along it.  Worker slots carry a hint of
+ *          (checked) and prefetch along it, and ask for the next child-map
+ *          line while a run's holders are read.  Worker slots carry a hint of
  *          their place in (worker_id, dp_rank) order: answers of more than
  *          16 workers are placed by it, checked, instead of sorted.
  *   0.1.0  first release: hashing, reference model, radix and positional
