@@ -2845,7 +2845,11 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
  * may be seen before, after, or part way through the change.  A slot
  * reassigned during the query (64-bit generation newer than the query) is
  * left out rather than reported under the wrong identity; a slot's (id,
- * rank, generation) is read under the slot's own seqlock.
+ * rank, generation) is read under the slot's own seqlock.  Its order hint
+ * is an atomic word the writer rewrites outside that seqlock when workers
+ * come or go: a reader may see old and new hints mixed, which the
+ * placement's final check refuses (then the reader sorts); a hint never
+ * decides a score or an identity, only where a checked score goes.
  * Why no read goes astray.  Readers follow only 32-bit run ids and word
  * indices, each bounds-checked against a grow-only array whose segments are
  * never moved or freed before destroy; freed runs and word chunks are reused
