@@ -1254,10 +1254,12 @@ KVIDX__PRIV uint32_t kvidx__map_next(const kvidx__map *m, uint32_t pos) {
   return KVIDX__NONE;
 }
 
-/* Writer: start loading the line where a probe with hash h begins (and,
- * for a deletion, whose backward shift reads on, the line after it). */
+/* Start loading the line where a probe with hash h begins (and, for a
+ * deletion, whose backward shift reads on, the line after it).  Readers
+ * call it too (the walk's early child probe), so the table is loaded with
+ * acquire: its mask was written before the release that published it. */
 KVIDX__PRIV void kvidx__map_prefetch(const kvidx__map *m, uint64_t h, int lines) {
-  const kvidx__mtab *t = kvidx__ld(&KVIDX__UNC(kvidx__map *, m)->tab);
+  const kvidx__mtab *t = kvidx__ld_acq(&KVIDX__UNC(kvidx__map *, m)->tab);
   if (t) {
     KVIDX__A(uint64_t) *w = kvidx__mtab_words(t) + (h & t->mask) * m->ew;
     KVIDX__PREFETCH(w);
