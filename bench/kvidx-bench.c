@@ -373,6 +373,7 @@ typedef struct {
   const char *replay;       /* --replay FILE */
   int replay_kind;          /* --kind (replay, growth) */
   int replay_reps;          /* --time REPS */
+  int no_event_buffers;     /* --no-event-buffers */
   const char *expect;       /* --expect ANSWERS */
   int growth;               /* --growth */
   size_t growth_blocks;
@@ -1973,28 +1974,64 @@ static uint64_t pct_permille(const uint64_t *s, size_t n, uint64_t p) {
   return s[i < n ? i : n - 1];
 }
 
+/* Each line's payload (blocks, seqs or locals) copied into its own heap buffer
+ * before the clock and freed right after it is applied: what dynamo-replay does
+ * (build_ops materialises every RouterEvent and query Vec outside its clock; the
+ * loop drops each after use), and what a router does with decoded messages.
+ * Without it the two tools' indexes meet different heaps: dynamo's finds the
+ * pages its freed events left (245 page faults per repetition on W16 C16384),
+ * kvidx's had been trimmed back to the kernel at the last destroy (3,329). */
+static void **materialise_events(const efile_t *E) {
+  void **buf = xcalloc(E->nops + 1, sizeof *buf);
+  for (size_t i = 0; i < E->nops; i++) {
+    const op_t *op = &E->ops[i];
+    if (op->type == OP_CLEAR) continue;
+    size_t sz = op->type == OP_STORE ? sizeof(kvidx_block) : sizeof(uint64_t);
+    buf[i] = xcalloc(op->n ? op->n : 1, sz);
+    memcpy(buf[i], op->type == OP_STORE ? (const void *)(E->blocks + op->off) : (const void *)(E->words + op->off),
+           (size_t)op->n * sz);
+  }
+  return buf;
+}
+
 /* One timed replay into a fresh index: creation and destruction outside the
- * clock, every line applied in file order inside it, each find_matches timed. */
-static void replay_file_rep(const efile_t *E, int kind, frep_t *r, kvidx_score *sc, size_t cap) {
+ * clock, every line applied in file order inside it, each find_matches timed.
+ * With event_buffers, each line's payload comes from (and is freed after use
+ * from) its own buffer, as in dynamo-replay (see materialise_events). */
+static void replay_file_rep(const efile_t *E, int kind, int event_buffers, frep_t *r, kvidx_score *sc, size_t cap) {
+  void **buf = event_buffers ? materialise_events(E) : NULL;
   kvidx *ix = make_default_index(kind);
   uint64_t cs = 0, errs = 0;
   size_t q = 0;
   uint64_t t0 = now_ns();
   for (size_t i = 0; i < E->nops; i++) {
     const op_t *op = &E->ops[i];
+    const void *payload = buf ? buf[i]
+                              : op->type == OP_STORE ? (const void *)(E->blocks + op->off)
+                                                     : (const void *)(E->words + op->off);
     if (op->type == OP_QUERY) {
       uint64_t a = now_ns();
-      size_t m = kvidx_find_matches(ix, E->words + op->off, op->n, sc, cap);
+      size_t m = kvidx_find_matches(ix, (const uint64_t *)payload, op->n, sc, cap);
       uint64_t b = now_ns();
       r->lat[q++] = b - a;
       if (m > cap) m = cap;
       for (size_t j = 0; j < m; j++) cs += sc[j].depth;
     } else {
-      errs += apply_file_event(ix, E, op) != KVIDX_OK;
+      uint64_t wid = E->wid[op->worker];
+      int rc;
+      if (op->type == OP_STORE)
+        rc = kvidx_store(ix, wid, 0, op->has_parent ? &op->parent : NULL, (const kvidx_block *)payload, op->n);
+      else if (op->type == OP_REMOVE)
+        rc = kvidx_remove(ix, wid, 0, (const uint64_t *)payload, op->n);
+      else
+        rc = kvidx_clear(ix, wid, 0);
+      errs += rc != KVIDX_OK;
     }
+    if (buf) free(buf[i]);
   }
   r->secs = (double)(now_ns() - t0) / 1e9;
   kvidx_destroy(ix);
+  free(buf);
   r->checksum = cs, r->errors = errs;
 }
 
@@ -2079,7 +2116,7 @@ static int run_replay(const opts_t *o) {
     frep_t *rs = xcalloc((size_t)reps, sizeof *rs);
     for (int i = 0; i < reps; i++) {
       rs[i].lat = xcalloc(E.nq + 1, sizeof *rs[i].lat);
-      replay_file_rep(&E, kind, &rs[i], sc, cap);
+      replay_file_rep(&E, kind, !o->no_event_buffers, &rs[i], sc, cap);
       if (rs[i].checksum != rs[0].checksum) die("%s: checksum differs between repetitions", name);
     }
     qsort(rs, (size_t)reps, sizeof *rs, cmp_frep);
@@ -2528,6 +2565,8 @@ static void usage(void) {
       "                      prints each query's worker:score line (as dynamo-replay)\n"
       "  --kind K            positional (default), radix or reference (--replay, --growth, --scaling)\n"
       "  --time REPS         with --replay: REPS timed replays, the median's key=value line\n"
+      "  --no-event-buffers  with --time: apply payloads from the parsed file, not from a heap\n"
+      "                      buffer per line freed after use (as dynamo-replay does; the default)\n"
       "  --expect ANSWERS    with --replay: compare each query's line to ANSWERS (exit 1 if any differ)\n"
       "growth and scaling (threads):\n"
       "  --growth            grow one index to --growth-blocks (4194304) held blocks by\n"
@@ -2629,6 +2668,7 @@ int main(int argc, char **argv) {
     }
     else if (IS("--write-events")) o.write_events = str_arg(argc, argv, &i);
     else if (IS("--replay")) o.replay = str_arg(argc, argv, &i);
+    else if (IS("--no-event-buffers")) o.no_event_buffers = 1;
     else if (IS("--kind")) o.replay_kind = o.conc_kind = parse_kind(str_arg(argc, argv, &i));
     else if (IS("--time")) {
       o.replay_reps = (int)num_arg(argc, argv, &i);
