@@ -1931,15 +1931,25 @@ static void free_events(efile_t *E) {
   free(E->wmap.keys), free(E->wmap.vals);
 }
 
-static inline int apply_file_event(kvidx *ix, const efile_t *E, const op_t *op) {
+/* One S/R/C line applied; payload = its blocks (S) or seqs (R), from the
+ * parsed file or from a per-line buffer (see materialise_events). */
+static inline int apply_file_event_from(kvidx *ix, const efile_t *E, const op_t *op, const void *payload) {
   uint64_t wid = E->wid[op->worker];
   switch (op->type) {
   case OP_STORE:
-    return kvidx_store(ix, wid, 0, op->has_parent ? &op->parent : NULL, E->blocks + op->off, op->n);
-  case OP_REMOVE: return kvidx_remove(ix, wid, 0, E->words + op->off, op->n);
+    return kvidx_store(ix, wid, 0, op->has_parent ? &op->parent : NULL, (const kvidx_block *)payload, op->n);
+  case OP_REMOVE: return kvidx_remove(ix, wid, 0, (const uint64_t *)payload, op->n);
   case OP_CLEAR: return kvidx_clear(ix, wid, 0);
   default: return KVIDX_EINVAL;
   }
+}
+
+static inline const void *file_payload(const efile_t *E, const op_t *op) {
+  return op->type == OP_STORE ? (const void *)(E->blocks + op->off) : (const void *)(E->words + op->off);
+}
+
+static inline int apply_file_event(kvidx *ix, const efile_t *E, const op_t *op) {
+  return apply_file_event_from(ix, E, op, file_payload(E, op));
 }
 
 /* an index with the default config except the kind (as a user would) */
@@ -1988,8 +1998,7 @@ static void **materialise_events(const efile_t *E) {
     if (op->type == OP_CLEAR) continue;
     size_t sz = op->type == OP_STORE ? sizeof(kvidx_block) : sizeof(uint64_t);
     buf[i] = xcalloc(op->n ? op->n : 1, sz);
-    memcpy(buf[i], op->type == OP_STORE ? (const void *)(E->blocks + op->off) : (const void *)(E->words + op->off),
-           (size_t)op->n * sz);
+    memcpy(buf[i], file_payload(E, op), (size_t)op->n * sz);
   }
   return buf;
 }
@@ -2006,9 +2015,7 @@ static void replay_file_rep(const efile_t *E, int kind, int event_buffers, frep_
   uint64_t t0 = now_ns();
   for (size_t i = 0; i < E->nops; i++) {
     const op_t *op = &E->ops[i];
-    const void *payload = buf ? buf[i]
-                              : op->type == OP_STORE ? (const void *)(E->blocks + op->off)
-                                                     : (const void *)(E->words + op->off);
+    const void *payload = buf ? buf[i] : file_payload(E, op);
     if (op->type == OP_QUERY) {
       uint64_t a = now_ns();
       size_t m = kvidx_find_matches(ix, (const uint64_t *)payload, op->n, sc, cap);
@@ -2017,15 +2024,7 @@ static void replay_file_rep(const efile_t *E, int kind, int event_buffers, frep_
       if (m > cap) m = cap;
       for (size_t j = 0; j < m; j++) cs += sc[j].depth;
     } else {
-      uint64_t wid = E->wid[op->worker];
-      int rc;
-      if (op->type == OP_STORE)
-        rc = kvidx_store(ix, wid, 0, op->has_parent ? &op->parent : NULL, (const kvidx_block *)payload, op->n);
-      else if (op->type == OP_REMOVE)
-        rc = kvidx_remove(ix, wid, 0, (const uint64_t *)payload, op->n);
-      else
-        rc = kvidx_clear(ix, wid, 0);
-      errs += rc != KVIDX_OK;
+      errs += apply_file_event_from(ix, E, op, payload) != KVIDX_OK;
     }
     if (buf) free(buf[i]);
   }
