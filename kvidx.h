@@ -1040,19 +1040,15 @@ KVIDX__PRIV size_t kvidx__align(size_t n) { return (n + 63) & ~KVIDX__CAST(size_
  * picked up, once bounds-checked, always names valid atomic memory (freed
  * elements are only reused as elements of the same array: type-stable). */
 KVIDX__HOT void *kvidx__grow_get(const kvidx__grow *g, uint64_t i, uint64_t count, int reader) {
-  uint64_t t = (i >> g->shift0) + 1, off;
-  unsigned k;
+  /* shifted by one segment 0's size, element i lands in [2^L, 2^(L+1)) where
+   * L = shift0 + its segment, at its offset below that power of two: one
+   * bit scan, no branch per segment */
+  uint64_t u = i + (KVIDX__CAST(uint64_t, 1) << g->shift0);
+  unsigned L = kvidx__log2(u), k = L - g->shift0;
+  uint64_t off = u - (KVIDX__CAST(uint64_t, 1) << L);
   unsigned char *base;
-  if (t == 1 && i + count <= (KVIDX__CAST(uint64_t, 1) << g->shift0)) { /* segment 0: most lookups */
-    base = reader ? kvidx__ld_acq(&KVIDX__UNC(kvidx__grow *, g)->seg[0]) : kvidx__ld(&KVIDX__UNC(kvidx__grow *, g)->seg[0]);
-    return base ? base + i * g->es : NULL;
-  }
-  k = kvidx__log2(t);
-  if (k >= KVIDX__SEGS) return NULL;
-  off = i - (((KVIDX__CAST(uint64_t, 1) << k) - 1) << g->shift0);
-  if (off + count > (KVIDX__CAST(uint64_t, 1) << (g->shift0 + k))) return NULL; /* crosses a segment */
-  base = reader ? kvidx__ld_acq(&KVIDX__UNC(kvidx__grow *, g)->seg[k])
-                : kvidx__ld(&KVIDX__UNC(kvidx__grow *, g)->seg[k]);
+  if (k >= KVIDX__SEGS || off + count > (KVIDX__CAST(uint64_t, 1) << L)) return NULL; /* crosses a segment */
+  base = reader ? kvidx__ld_acq(&KVIDX__UNC(kvidx__grow *, g)->seg[k]) : kvidx__ld(&KVIDX__UNC(kvidx__grow *, g)->seg[k]);
   return base ? base + off * g->es : NULL;
 }
 
