@@ -1084,6 +1084,14 @@ KVIDX__HOT KVIDX__A(uint64_t) *kvidx__word(const kvidx *ix, uint32_t i) {
   return KVIDX__RCAST(KVIDX__A(uint64_t) *, kvidx__grow_get(&ix->words.g, i, 1, 0));
 }
 
+/* Copy n words of a chunk into another (chunks never cross a segment, so
+ * each is one address lookup). */
+KVIDX__PRIV void kvidx__words_copy(kvidx *ix, uint32_t to, uint32_t from, uint32_t n) {
+  KVIDX__A(uint64_t) *d = kvidx__word(ix, to), *f = kvidx__word(ix, from);
+  uint32_t i;
+  for (i = 0; i < n; i++) kvidx__st(&d[i], kvidx__ld(&f[i]));
+}
+
 KVIDX__PRIV int kvidx__words_reserve(kvidx *ix, uint64_t need) {
   return kvidx__grow_reserve(ix, &ix->words.g, ix->words.hw + need + (KVIDX__CAST(uint64_t, 1) << (KVIDX__WCLASSES - 1)));
 }
@@ -1303,23 +1311,37 @@ KVIDX__PRIV void kvidx__map_drain(kvidx *ix, kvidx__map *m, uint64_t budget) {
     kvidx__st(&m->moves, kvidx__ld(&m->moves) + 1);
     kvidx__fence_rel();
   }
-  for (at = m->drained, end = m->drain_from; at < size; at++) { /* locals: the atomics below pin fields in memory */
-    KVIDX__A(uint64_t) *x = w + ((end + at) & omask) * ew;
-    if (!kvidx__ld(&x[occ])) {
-      if (!budget) break; /* stop before a free place: no cluster is cut */
-    } else if (ew == 2 && m->kw == 1 && !m->shared) { /* seq tables: the common case, straight */
-      uint64_t k0 = kvidx__ld(&x[0]), v = kvidx__ld(&x[1]), j;
-      for (j = kvidx__mix(k0 ^ ix->seed) & tmask; kvidx__ld(&tw[2 * j + occ]); j = (j + 1) & tmask) {}
-      kvidx__st(&tw[2 * j], k0);
-      kvidx__st(&tw[2 * j + 1], v);
-      kvidx__st(&x[occ], KVIDX__CAST(uint64_t, 0));
-    } else {
-      for (k = 0; k < ew; k++) e[k] = kvidx__ld(&x[k]);
-      kvidx__map_place(ix, m, t, e, NULL);
-      kvidx__st(&x[occ], KVIDX__CAST(uint64_t, 0));
-      if (m->shared) KVIDX_TEST_HOOK(ix, 9); /* an entry between the tables */
+  at = m->drained;
+  end = m->drain_from;
+  if (ew == 2 && m->kw == 1 && occ == 1 && !m->shared) { /* seq tables: the common case, straight */
+    uint64_t seed = ix->seed; /* locals: the atomics below pin fields in memory */
+    for (; at < size; at++) {
+      KVIDX__A(uint64_t) *x = w + 2 * ((end + at) & omask);
+      uint64_t v = kvidx__ld(&x[1]), k0, j;
+      if (v) {
+        k0 = kvidx__ld(&x[0]);
+        for (j = kvidx__mix(k0 ^ seed) & tmask; kvidx__ld(&tw[2 * j + 1]); j = (j + 1) & tmask) {}
+        kvidx__st(&tw[2 * j], k0);
+        kvidx__st(&tw[2 * j + 1], v);
+        kvidx__st(&x[1], KVIDX__CAST(uint64_t, 0));
+      } else if (!budget) {
+        break; /* stop before a free place: no cluster is cut */
+      }
+      if (budget) budget--;
     }
-    if (budget) budget--;
+  } else {
+    for (; at < size; at++) {
+      KVIDX__A(uint64_t) *x = w + ((end + at) & omask) * ew;
+      if (kvidx__ld(&x[occ])) {
+        for (k = 0; k < ew; k++) e[k] = kvidx__ld(&x[k]);
+        kvidx__map_place(ix, m, t, e, NULL);
+        kvidx__st(&x[occ], KVIDX__CAST(uint64_t, 0));
+        if (m->shared) KVIDX_TEST_HOOK(ix, 9); /* an entry between the tables */
+      } else if (!budget) {
+        break;
+      }
+      if (budget) budget--;
+    }
   }
   m->drained = at;
   if (at == size) {
@@ -1897,23 +1919,26 @@ KVIDX__PRIV uint32_t kvidx__run_new(kvidx *ix, uint32_t parent, uint32_t poff, u
   return r;
 }
 
-/* Append one block to run r (len < 64); 0 if the locals could not grow. */
-KVIDX__PRIV int kvidx__run_append(kvidx *ix, uint32_t r, uint64_t local) {
-  kvidx__run *rn = kvidx__run_at(ix, r);
+/* Append one block to run rn (len < 64) whose locals are at *lw (updated
+ * when they move to a bigger chunk); 0 if the locals could not grow. */
+KVIDX__PRIV int kvidx__run_append(kvidx *ix, kvidx__run *rn, KVIDX__A(uint64_t) **lw, uint64_t local) {
   uint32_t shape = kvidx__ld(&rn->shape), len = KVIDX__LEN(shape), lc = KVIDX__LCLS(shape);
-  uint32_t li = kvidx__ld(&rn->locals), nli = li, i;
+  uint32_t li = kvidx__ld(&rn->locals), nli = li;
+  KVIDX__A(uint64_t) *w = *lw;
   if (len == (1u << lc)) { /* full: move to the next class */
     if ((nli = kvidx__chunk_alloc(ix, lc + 1)) == KVIDX__NONE) return 0;
-    for (i = 0; i < len; i++) kvidx__st(kvidx__word(ix, nli + i), kvidx__ld(kvidx__word(ix, li + i)));
+    kvidx__words_copy(ix, nli, li, len);
+    w = kvidx__word(ix, nli);
   }
   kvidx__run_wbegin(rn);
   KVIDX_TEST_HOOK(ix, 2); /* a run growing */
-  kvidx__st(kvidx__word(ix, nli + len), local);
+  kvidx__st(&w[len], local);
   kvidx__st(&rn->locals, nli);
   kvidx__st(&rn->shape, KVIDX__SHAPE(len + 1, KVIDX__POFF(shape), nli != li ? lc + 1 : lc, KVIDX__HCLS(shape)));
   kvidx__run_wend(rn);
   if (nli != li) kvidx__chunk_free(ix, li, lc);
   ix->entries++;
+  *lw = w;
   return 1;
 }
 
@@ -1952,11 +1977,11 @@ KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__holder(const kvidx *ix, const kvidx__run 
 KVIDX__PRIV uint32_t kvidx__holder_add(kvidx *ix, uint32_t r, uint32_t s) {
   kvidx__run *rn = kvidx__run_at(ix, r);
   uint32_t shape = kvidx__ld(&rn->shape), hc = KVIDX__HCLS(shape), nh = KVIDX__NHOLD(kvidx__ld(&rn->nhold));
-  uint32_t hi = kvidx__ld(&rn->holders), nhi = hi, nhc = hc, i;
+  uint32_t hi = kvidx__ld(&rn->holders), nhi = hi, nhc = hc;
   if (hc == KVIDX__NOCLASS || (nh + 1) * ix->hw > (1u << hc)) {
     nhc = hc == KVIDX__NOCLASS ? kvidx__class_of(ix->hw) : hc + 1;
     if (nhc >= KVIDX__WCLASSES || (nhi = kvidx__chunk_alloc(ix, nhc)) == KVIDX__NONE) return KVIDX__NONE;
-    for (i = 0; i < nh * ix->hw; i++) kvidx__st(kvidx__word(ix, nhi + i), kvidx__ld(kvidx__word(ix, hi + i)));
+    kvidx__words_copy(ix, nhi, hi, nh * ix->hw);
   }
   kvidx__run_wbegin(rn);
   KVIDX_TEST_HOOK(ix, 3); /* a holder joining */
@@ -2327,7 +2352,8 @@ KVIDX__PRIV void kvidx__prune(kvidx *ix, size_t limit, uint32_t ps, const uint64
  * blocks of one run look nothing up again. */
 typedef struct {
   uint32_t r, off, len, kids;
-  KVIDX__A(uint64_t) *lw; /* the run's locals */
+  kvidx__run *rn;         /* the run (NULL at the root) */
+  KVIDX__A(uint64_t) *lw; /* its locals */
 } kvidx__cursor;
 
 KVIDX__PRIV void kvidx__cursor_at(const kvidx *ix, kvidx__cursor *c, uint32_t r, uint32_t off) {
@@ -2336,9 +2362,10 @@ KVIDX__PRIV void kvidx__cursor_at(const kvidx *ix, kvidx__cursor *c, uint32_t r,
   if (r == KVIDX__NONE) { /* the root: its children are root runs */
     c->len = 0;
     c->kids = 1;
+    c->rn = NULL;
     c->lw = NULL;
   } else {
-    kvidx__run *rn = kvidx__run_at(ix, r);
+    kvidx__run *rn = c->rn = kvidx__run_at(ix, r);
     c->len = KVIDX__LEN(kvidx__ld(&rn->shape));
     c->kids = kvidx__ld(&rn->kids);
     c->lw = kvidx__word(ix, kvidx__ld(&rn->locals));
@@ -2358,10 +2385,9 @@ KVIDX__PRIV int kvidx__advance(kvidx *ix, kvidx__cursor *c, uint64_t local, size
   if (ix->entries >= ix->max_entries) return KVIDX_EFULL;
   if (c->r != KVIDX__NONE && c->off + 1 == c->len && c->len < KVIDX__RUN_MAX) {
     /* the run's end: grow it in place (holders' cutoffs stay as they are) */
-    if (!kvidx__run_append(ix, c->r, local)) return kvidx__oom(ix);
+    if (!kvidx__run_append(ix, c->rn, &c->lw, local)) return kvidx__oom(ix);
     c->len++;
     c->off++;
-    c->lw = kvidx__word(ix, kvidx__ld(&kvidx__run_at(ix, c->r)->locals)); /* the chunk may have moved */
     return KVIDX_OK;
   }
   if ((ch = kvidx__run_new(ix, c->r, c->off, local, hint)) == KVIDX__NONE) return kvidx__oom(ix);
