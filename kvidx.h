@@ -1457,36 +1457,41 @@ KVIDX__PRIV void kvidx__map_put_at(kvidx__map *m, uint32_t at, const uint64_t *e
 KVIDX__PRIV void kvidx__map_delete(kvidx *ix, kvidx__map *m, uint32_t at) {
   kvidx__mtab *t = kvidx__map_tab_of(m, at);
   KVIDX__A(uint64_t) *w = kvidx__mtab_words(t);
-  uint64_t i = at & ~KVIDX__OLD, j, mask = t->mask;
-  uint32_t k;
-  if (m->shared) {
+  uint64_t i = at & ~KVIDX__OLD, j, mask = t->mask, ew = m->ew, occ = m->occ, seed = ix->seed;
+  uint32_t k, kw = m->kw;
+  int shared = m->shared; /* locals: the atomics below pin fields in memory */
+  if (shared) {
     kvidx__st(&m->moves, kvidx__ld(&m->moves) + 1);
     kvidx__fence_rel();
   }
-  kvidx__st(&w[i * m->ew + m->occ], KVIDX__CAST(uint64_t, 0));
-  for (j = (i + 1) & mask; kvidx__ld(&w[j * m->ew + m->occ]); j = (j + 1) & mask) {
-    uint64_t key[2], h;
-    key[0] = kvidx__ld(&w[j * m->ew]);
-    if (m->kw > 1) {
-      key[1] = kvidx__ld(&w[j * m->ew + 1]);
-      h = kvidx__key_hash(ix->seed, key, m->kw) & mask;
-    } else {
-      uint64_t x = key[0] ^ ix->seed; /* kvidx__mix, inline: one-word keys are most deletions */
-      x ^= x >> 33;
-      x *= 0xff51afd7ed558ccdULL;
-      x ^= x >> 33;
-      x *= 0xc4ceb9fe1a85ec53ULL;
-      h = (x ^ (x >> 33)) & mask;
+  kvidx__st(&w[i * ew + occ], KVIDX__CAST(uint64_t, 0));
+  if (ew == 2 && kw == 1 && occ == 1 && !shared) { /* seq tables: the common case, straight */
+    uint64_t v;
+    for (j = (i + 1) & mask; (v = kvidx__ld(&w[2 * j + 1])) != 0; j = (j + 1) & mask) {
+      uint64_t k0 = kvidx__ld(&w[2 * j]), h = kvidx__mix(k0 ^ seed) & mask;
+      if (((j - h) & mask) >= ((j - i) & mask)) { /* j's home is not in (i, j]: move it back */
+        kvidx__st(&w[2 * i], k0);
+        kvidx__st(&w[2 * i + 1], v);
+        kvidx__st(&w[2 * j + 1], KVIDX__CAST(uint64_t, 0));
+        i = j;
+      }
     }
-    if (m->shared) KVIDX_TEST_HOOK(ix, 5); /* a deletion shifting entries */
-    if (((j - h) & mask) >= ((j - i) & mask)) { /* j's home is not in (i, j]: move it back */
-      for (k = 0; k < m->ew; k++) kvidx__st(&w[i * m->ew + k], kvidx__ld(&w[j * m->ew + k]));
-      kvidx__st(&w[j * m->ew + m->occ], KVIDX__CAST(uint64_t, 0));
-      i = j;
+  } else {
+    for (j = (i + 1) & mask; kvidx__ld(&w[j * ew + occ]); j = (j + 1) & mask) {
+      uint64_t key[2], h;
+      key[0] = kvidx__ld(&w[j * ew]);
+      if (kw > 1) key[1] = kvidx__ld(&w[j * ew + 1]);
+      h = kvidx__key_hash(seed, key, kw) & mask;
+      if (shared) KVIDX_TEST_HOOK(ix, 5); /* a deletion shifting entries */
+      if (((j - h) & mask) >= ((j - i) & mask)) { /* j's home is not in (i, j]: move it back */
+        for (k = 0; k < ew; k++) kvidx__st(&w[i * ew + k], kvidx__ld(&w[j * ew + k]));
+        kvidx__st(&w[j * ew + occ], KVIDX__CAST(uint64_t, 0));
+        i = j;
+      }
     }
   }
   m->n--;
-  if (m->shared) kvidx__st_rel(&m->moves, kvidx__ld(&m->moves) + 1);
+  if (shared) kvidx__st_rel(&m->moves, kvidx__ld(&m->moves) + 1);
 }
 
 KVIDX__PRIV void kvidx__map_move(kvidx__map *dst, kvidx__map *src) { /* src was never shared nor grown */
