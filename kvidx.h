@@ -1223,15 +1223,34 @@ KVIDX__PRIV uint32_t kvidx__mtab_probe(const kvidx__map *m, const kvidx__mtab *t
   }
 }
 
+/* The same for one-word keys whose word 1 marks the place used (seq
+ * tables): the shape in locals, each place's first line read once. */
+KVIDX__PRIV uint32_t kvidx__mtab_probe_seq(const kvidx__mtab *t, uint64_t ew, uint64_t key, uint64_t h,
+                                           uint32_t *free_at) {
+  KVIDX__A(uint64_t) *w = kvidx__mtab_words(t);
+  uint64_t i, mask = t->mask;
+  for (i = h & mask;; i = (i + 1) & mask) {
+    KVIDX__A(uint64_t) *e = w + i * ew;
+    if (!kvidx__ld(&e[1])) {
+      if (free_at) *free_at = KVIDX__CAST(uint32_t, i);
+      return KVIDX__NONE;
+    }
+    if (kvidx__ld(&e[0]) == key) return KVIDX__CAST(uint32_t, i);
+  }
+}
+
 /* Writer: the place holding key (h = its hash), or KVIDX__NONE and
  * (free_at) where an insert would go.  Old is probed only while the key's
  * home there is unswept. */
 KVIDX__PRIV uint32_t kvidx__map_slot(const kvidx__map *m, const uint64_t *key, uint64_t h, uint32_t *free_at) {
   kvidx__map *mm = KVIDX__UNC(kvidx__map *, m);
   const kvidx__mtab *o = kvidx__ld(&mm->old);
-  uint32_t at = kvidx__mtab_probe(m, kvidx__ld(&mm->tab), key, h, free_at);
+  int seq = m->kw == 1 && m->occ == 1;
+  uint32_t at = seq ? kvidx__mtab_probe_seq(kvidx__ld(&mm->tab), m->ew, key[0], h, free_at)
+                    : kvidx__mtab_probe(m, kvidx__ld(&mm->tab), key, h, free_at);
   if (at == KVIDX__NONE && o && ((h - m->drain_from) & o->mask) >= m->drained &&
-      (at = kvidx__mtab_probe(m, o, key, h, NULL)) != KVIDX__NONE)
+      (at = seq ? kvidx__mtab_probe_seq(o, m->ew, key[0], h, NULL) : kvidx__mtab_probe(m, o, key, h, NULL)) !=
+          KVIDX__NONE)
     at |= KVIDX__OLD;
   return at;
 }
