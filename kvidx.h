@@ -2564,17 +2564,19 @@ KVIDX__PRIV int kvidx__ix_remove(kvidx *ix, uint64_t id, uint32_t rank, const ui
   uint32_t s = kvidx__slot_find(ix, id, rank);
   size_t i, unknown = 0;
   kvidx__hcache hc;
+  uint64_t homes[KVIDX__AHEAD]; /* seq hashes of the next seqs, computed once */
+  if (s == KVIDX__NONE) return n ? KVIDX_ENOENT : KVIDX_OK;
   hc.run = hc.at = KVIDX__NONE;
-  for (i = 0; s != KVIDX__NONE && i < n && i < KVIDX__AHEAD; i++)
-    kvidx__map_prefetch(&ix->slots[s].seqs, kvidx__key_hash(ix->seed, &seq[i], 1), 2);
+  for (i = 0; i < n && i < KVIDX__AHEAD; i++)
+    kvidx__map_prefetch(&ix->slots[s].seqs, homes[i] = kvidx__key_hash(ix->seed, &seq[i], 1), 2);
   for (i = 0; i < n; i++) {
-    kvidx__slot *sl;
-    if (s != KVIDX__NONE && i + KVIDX__AHEAD < n)
-      kvidx__map_prefetch(&ix->slots[s].seqs, kvidx__key_hash(ix->seed, &seq[i + KVIDX__AHEAD], 1), 2);
+    kvidx__slot *sl = &ix->slots[s];
+    uint64_t h = homes[i % KVIDX__AHEAD], pos;
     uint32_t at, tiers, tb;
     KVIDX__A(uint64_t) *e;
-    uint64_t pos;
-    if (s == KVIDX__NONE || (at = kvidx__map_find(ix, &(sl = &ix->slots[s])->seqs, &seq[i])) == KVIDX__NONE) {
+    if (i + KVIDX__AHEAD < n)
+      kvidx__map_prefetch(&sl->seqs, homes[i % KVIDX__AHEAD] = kvidx__key_hash(ix->seed, &seq[i + KVIDX__AHEAD], 1), 2);
+    if (!sl->seqs.n || (at = kvidx__map_slot(&sl->seqs, &seq[i], h, NULL)) == KVIDX__NONE) {
       unknown++;
       continue;
     }
