@@ -14,7 +14,7 @@ BENCH_SRC    := bench/kvidx-bench.c
 BENCH_CFLAGS ?= $(CFLAGS_BASE)
 BENCH_LIBS   := $(PTHREAD) -lm
 
-.PHONY: bench demo-bench test-bench bench-dynamo bench-growth
+.PHONY: bench demo-bench test-bench bench-dynamo bench-dynamo-keep bench-growth
 
 $(BUILD)/kvidx-bench: $(BENCH_SRC) kvidx.h | deps
 	@mkdir -p $(BUILD)
@@ -37,6 +37,10 @@ bench: $(BUILD)/kvidx-bench
 # Dynamo side is skipped with a note.
 bench-dynamo: $(BUILD)/kvidx-bench
 	@sh bench/run_dynamo.sh $(BUILD)/kvidx-bench $(BENCH_TRACE) bench/results
+
+# The same with glibc keeping freed memory in both processes -> dynamo-keep.md.
+bench-dynamo-keep: $(BUILD)/kvidx-bench
+	@HEAP=keep sh bench/run_dynamo.sh $(BUILD)/kvidx-bench $(BENCH_TRACE) bench/results
 
 bench-growth: $(BUILD)/kvidx-bench
 	@sh bench/run_growth.sh $(BUILD)/kvidx-bench $(BENCH_TRACE) bench/results

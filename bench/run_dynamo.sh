@@ -7,11 +7,15 @@
 #      (when ../shared/anchors/dynamo exists; otherwise skipped with a note);
 #   4. answers: every query's worker:score line, kvidx (each kind) vs arena_c.
 # All in one run, so the ratios compare like with like on a shared machine.
-# Writes $OUT/dynamo.md.  Usage: run_dynamo.sh BENCH_BIN TRACE OUT_DIR
+# Writes $OUT/dynamo.md (HEAP=keep: $OUT/dynamo-keep.md).  Usage: run_dynamo.sh BENCH_BIN TRACE OUT_DIR
 # Environment: REPS (5), ROUNDS (1: with N > 1 every backend runs N times,
 # interleaved, and the run with the median secs is reported: fairer when other
 # jobs load the machine unevenly), DYNAMO_ANCHOR (../shared/anchors/dynamo), CONFIGS
-# (lines "label|kvidx-bench workload flags"), KINDS, BACKENDS.
+# (lines "label|kvidx-bench workload flags"), KINDS, BACKENDS, HEAP (default:
+# glibc's malloc settings; keep: both tools run with MALLOC_MMAP_THRESHOLD_ and
+# MALLOC_TRIM_THRESHOLD_ set so glibc keeps freed memory, and a repetition's
+# index does not fault in pages the last one gave back: the fresh index per
+# repetition then costs both sides what it costs a long-lived router).
 set -u
 BIN=${1:-build/kvidx-bench}
 TRACE=${2:-bench/data/mooncake_conversation_trace.jsonl.gz}
@@ -25,6 +29,15 @@ CONFIGS=${CONFIGS:-"W16 C2048 F1|-W 16 -C 2048 -F 1
 W16 C16384 F1|-W 16 -C 16384 -F 1
 W64 C16384 F16|-W 64 -C 16384 -F 16
 W16 C2048 F1, 20% collisions|-W 16 -C 2048 -F 1 --collide 0.2"}
+case ${HEAP:=default} in
+  default) NAME=dynamo.md; HEAP_TEXT="glibc malloc with default settings (dynamo-replay sets no global allocator)" ;;
+  keep)
+    NAME=dynamo-keep.md
+    MALLOC_MMAP_THRESHOLD_=1000000000 MALLOC_TRIM_THRESHOLD_=4000000000
+    export MALLOC_MMAP_THRESHOLD_ MALLOC_TRIM_THRESHOLD_
+    HEAP_TEXT="glibc malloc told to keep freed memory, the same for both (MALLOC_MMAP_THRESHOLD_=$MALLOC_MMAP_THRESHOLD_ MALLOC_TRIM_THRESHOLD_=$MALLOC_TRIM_THRESHOLD_)" ;;
+  *) echo "run_dynamo.sh: HEAP must be default or keep" >&2; exit 2 ;;
+esac
 mkdir -p "$OUT"
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/kvidx-dynamo.XXXXXX") || exit 2
 trap 'rm -rf "$TMP"' EXIT INT TERM
@@ -45,7 +58,7 @@ fi
 # key=value field of a result line
 field() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 
-MD="$OUT/dynamo.md.tmp"
+MD="$OUT/$NAME.tmp"
 rev=$(git rev-parse --short HEAD 2>/dev/null || echo '?')
 cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //')
 {
@@ -63,8 +76,8 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //')
   echo "- Both: parsing before the clock; each repetition into a fresh index (created and"
   echo "  destroyed outside the clock); secs = wall time applying every line in file order;"
   echo "  the median of $REPS repetitions$( [ "$ROUNDS" -gt 1 ] && echo " (and of $ROUNDS interleaved runs of each tool)"); latency = one find_matches call; p = sorted[p*queries/1000];"
-  echo "  block-ops = sum of n over S, R and Q lines; checksum = sum of all scores. Both use glibc"
-  echo "  malloc with default settings (dynamo-replay sets no global allocator), and both apply"
+  echo "  block-ops = sum of n over S, R and Q lines; checksum = sum of all scores. Both use"
+  echo "  $HEAP_TEXT, and both apply"
   echo "  each line from its own heap buffer, made before the clock and freed once applied"
   echo "  (dynamo-replay's RouterEvents; kvidx-bench's default since 7a9015e, --no-event-buffers"
   echo "  for the old way): both indexes meet a heap holding the pages the events leave."
@@ -167,11 +180,12 @@ fi
   echo '```'
 } >>"$MD"
 END=$(date +%s)
-printf '\nSuite wall time: %ss. Command: `make bench-dynamo` (or `sh bench/run_dynamo.sh %s %s %s`).\n' \
-  "$((END - START))" "$BIN" "$TRACE" "$OUT" >>"$MD"
-mv "$MD" "$OUT/dynamo.md"
+CMD=bench-dynamo; [ "$HEAP" = keep ] && CMD=bench-dynamo-keep
+printf '\nSuite wall time: %ss. Command: `make %s` (or `HEAP=%s sh bench/run_dynamo.sh %s %s %s`).\n' \
+  "$((END - START))" "$CMD" "$HEAP" "$BIN" "$TRACE" "$OUT" >>"$MD"
+mv "$MD" "$OUT/$NAME"
 echo
 cat "$TMP/table.md"
-echo "wrote $OUT/dynamo.md ($((END - START))s)"
+echo "wrote $OUT/$NAME ($((END - START))s)"
 [ -s "$TMP/fail" ] && fail=1
 exit $fail
