@@ -41,4 +41,13 @@ done
 printf 'S 1 - 2 10 11 12 13\nQ 2 10 12\nR 1 1 13\nQ 2 10 12\nC 1\nQ 1 10\n' >"$bad"
 a=$("$b" --replay "$bad" 2>/dev/null | tr '\n' '/')
 [ "$a" = "1:2/1:1//" ] || { echo "hand-made event file: answers '$a', want '1:2/1:1//'"; exit 1; }
+# the same file through a pipe (read as it comes, no size known ahead) and
+# without its last newline
+a=$(printf 'S 1 - 2 10 11 12 13\nQ 2 10 12\nR 1 1 13\nQ 2 10 12\nC 1\nQ 1 10' | "$b" --replay /dev/stdin 2>/dev/null | tr '\n' '/')
+[ "$a" = "1:2/1:1//" ] || { echo "event file from a pipe, no last newline: answers '$a', want '1:2/1:1//'"; exit 1; }
+l=$(cat "$f" | "$b" --replay /dev/stdin --time 1 2>/dev/null) || { echo "--replay /dev/stdin --time 1 failed: $l"; exit 1; }
+case " $l " in
+  *" checksum=$want apply_errors=0 "*) ;;
+  *) echo "replay from a pipe: checksum differs from the in-process run's score sum $want"; exit 1 ;;
+esac
 echo "event file round trip: ok (score sum $want)"
