@@ -59,12 +59,13 @@ fi
 field() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 
 MD="$OUT/$NAME.tmp"
+CMD=bench-dynamo; [ "$HEAP" = keep ] && CMD=bench-dynamo-keep
 rev=$(git rev-parse --short HEAD 2>/dev/null || echo '?')
 cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //')
 {
   echo "# kvidx vs Dynamo's indexers, side by side"
   echo
-  echo "Made by \`make bench-dynamo\` (bench/run_dynamo.sh; REPS=$REPS) on $(date -u '+%Y-%m-%d %H:%M UTC'), git $rev."
+  echo "Made by \`make $CMD\` (bench/run_dynamo.sh; REPS=$REPS) on $(date -u '+%Y-%m-%d %H:%M UTC'), git $rev."
   echo
   echo "- Machine: ${cpu:-?}, $(getconf _NPROCESSORS_ONLN) cores online, load average at start"
   echo "  $(cut -d' ' -f1-3 /proc/loadavg); shared with other jobs: compare ratios within this run only."
@@ -180,7 +181,6 @@ fi
   echo '```'
 } >>"$MD"
 END=$(date +%s)
-CMD=bench-dynamo; [ "$HEAP" = keep ] && CMD=bench-dynamo-keep
 printf '\nSuite wall time: %ss. Command: `make %s` (or `HEAP=%s sh bench/run_dynamo.sh %s %s %s`).\n' \
   "$((END - START))" "$CMD" "$HEAP" "$BIN" "$TRACE" "$OUT" >>"$MD"
 mv "$MD" "$OUT/$NAME"
