@@ -2,7 +2,10 @@
 # Growth latency and writer scaling (`make bench-growth`) -> $OUT/growth.md.
 #   growth:  one index grown from empty to GROWTH_BLOCKS (4,194,304) held blocks by
 #            256 workers, 64-block stores, no removals, READERS (1) reader threads
-#            querying stored chains; worst and p99.9 kvidx_store latency.
+#            querying stored chains; worst and p99.9 kvidx_store latency; then
+#            without a reader, with glibc's default settings and with glibc
+#            keeping freed memory (the worst stores are free() calls that
+#            return memory to the kernel: munmap or heap trim).
 #   scaling: the W16 C2048 F1 mock-engine stream; 1 and 2 writer threads on disjoint
 #            workers (SCALE_WRITERS), then READERS alone and with one writer.
 # Usage: run_growth.sh BENCH_BIN TRACE OUT_DIR.  Environment: GROWTH_BLOCKS,
@@ -54,6 +57,14 @@ done
 # the library's own stalls, without a reader thread competing for the cores
 run "growth to $GROWTH_BLOCKS held blocks, positional, no reader" \
   --growth --kind positional --growth-blocks "$GROWTH_BLOCKS" --growth-workers 256 --growth-len 64 --readers 0
+# the same with glibc told to keep freed memory: an old table's free() is then
+# not a munmap or a heap trim, whose cost on a VM is the kernel's, not kvidx's
+KEEP_ENV="MALLOC_MMAP_THRESHOLD_=1000000000 MALLOC_TRIM_THRESHOLD_=4000000000"
+export_keep() { MALLOC_MMAP_THRESHOLD_=1000000000 MALLOC_TRIM_THRESHOLD_=4000000000; export MALLOC_MMAP_THRESHOLD_ MALLOC_TRIM_THRESHOLD_; }
+(export_keep
+ run "growth to $GROWTH_BLOCKS held blocks, positional, no reader, glibc keeping freed memory ($KEEP_ENV)" \
+   --growth --kind positional --growth-blocks "$GROWTH_BLOCKS" --growth-workers 256 --growth-len 64 --readers 0
+ exit $fail) || fail=1
 for k in $KINDS; do
   run "writer scaling, $k, W16 C2048 F1" -q --trace "$TRACE" -W 16 -C 2048 -F 1 --scaling --kind "$k" \
     --scale-writers "$SCALE_WRITERS" --readers "$READERS" --mixed-writers 1 --conc-time "$CONC_TIME"
