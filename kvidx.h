@@ -1602,6 +1602,11 @@ KVIDX__PRIV void kvidx__sink_put(kvidx__sink *k, size_t i, const kvidx_tier_scor
   }
 }
 
+/* A depth as a score holds it (saturated, never wrapped). */
+KVIDX__HOT uint32_t kvidx__depth32(size_t depth) {
+  return depth > 0xFFFFFFFFu ? 0xFFFFFFFFu : KVIDX__CAST(uint32_t, depth);
+}
+
 /* The score about to go to place k->n came with this order hint. */
 KVIDX__HOT void kvidx__sink_note_order(kvidx__sink *k, uint32_t order) {
   if (k->n >= KVIDX__SORT_BUF || order > 0xFFFFu) k->ordered = 0;
@@ -1618,7 +1623,7 @@ KVIDX__PRIV void kvidx__sink_push_slow(kvidx__sink *k, uint64_t id, uint32_t ran
   memset(&sc, 0, sizeof sc);
   sc.worker_id = id;
   sc.dp_rank = rank;
-  sc.depth = depth > 0xFFFFFFFFu ? 0xFFFFFFFFu : KVIDX__CAST(uint32_t, depth);
+  sc.depth = kvidx__depth32(depth);
   sc.device_blocks = dev;
   if (k->n < k->cap) {
     kvidx__sink_note_order(k, order);
@@ -1645,7 +1650,7 @@ KVIDX__HOT void kvidx__sink_push(kvidx__sink *k, uint64_t id, uint32_t rank, siz
     kvidx_score *d = KVIDX__SC(k, k->n);
     d->worker_id = id;
     d->dp_rank = rank;
-    d->depth = depth > 0xFFFFFFFFu ? 0xFFFFFFFFu : KVIDX__CAST(uint32_t, depth);
+    d->depth = kvidx__depth32(depth);
     kvidx__sink_note_order(k, order);
     k->n++;
     k->total++;

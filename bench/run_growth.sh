@@ -60,8 +60,7 @@ run "growth to $GROWTH_BLOCKS held blocks, positional, no reader" \
 # the same with glibc told to keep freed memory: an old table's free() is then
 # not a munmap or a heap trim, whose cost on a VM is the kernel's, not kvidx's
 KEEP_ENV="MALLOC_MMAP_THRESHOLD_=1000000000 MALLOC_TRIM_THRESHOLD_=4000000000"
-export_keep() { MALLOC_MMAP_THRESHOLD_=1000000000 MALLOC_TRIM_THRESHOLD_=4000000000; export MALLOC_MMAP_THRESHOLD_ MALLOC_TRIM_THRESHOLD_; }
-(export_keep
+(export $KEEP_ENV
  run "growth to $GROWTH_BLOCKS held blocks, positional, no reader, glibc keeping freed memory ($KEEP_ENV)" \
    --growth --kind positional --growth-blocks "$GROWTH_BLOCKS" --growth-workers 256 --growth-len 64 --readers 0
  exit $fail) || fail=1
