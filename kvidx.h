@@ -41,6 +41,9 @@
  *                         most 65535); a query's scratch (a hit record per
  *                         possible worker, the result sort) lives on the stack.
  *   KVIDX_JUMP_MAX        upper bound of cfg.jump (default 256; unused since 0.2).
+ *   KVIDX_DEFER_FREE_MIN  with cfg.flags KVIDX_F_DEFER_FREE: blocks of at least
+ *                         this many bytes wait for kvidx_reclaim (default
+ *                         65536; at least 64).  Smaller ones are freed at once.
  *   KVIDX_TEST_GEN_STEP   test-only: how far each slot assignment advances the
  *                         64-bit slot generation (default 1).
  *   KVIDX_TEST_HOOK(ix, where)  test-only: called inside writer critical
@@ -181,6 +184,7 @@
  *   writer calls (store/remove/clear/remove_worker) for one worker come from
  *   one thread at a time, writer calls for different workers may come from
  *   different threads at once (they serialize internally on a short spinlock).
+ *   kvidx_reclaim may run beside writers and readers (KVIDX_REFERENCE: not).
  *   create/destroy/init_buffer need exclusive access.  KVIDX_REFERENCE and
  *   KVIDX_NO_THREADS builds allow no concurrency at all.
  *
@@ -202,7 +206,9 @@
  *          drain and delete with loops of their own (12-15% fewer
  *          instructions per replay of the bench's event files).  Query
  *          answers: a score joins the answer inline in the walk (18% fewer
- *          instructions in the walk on W16 C2048).
+ *          instructions in the walk on W16 C2048).  KVIDX_F_DEFER_FREE and
+ *          kvidx_reclaim: large blocks let go of by writer calls wait for
+ *          a call the router places (stats.deferred_bytes).
  *   0.1.0  first release: hashing, reference model, radix and positional
  *          indexes, caller-buffer mode, seqlock reader path, event ids,
  *          storage tiers, eviction policies and TTL mode, dumps and binary
@@ -341,6 +347,21 @@ typedef struct {
  * another tier is refused with KVIDX_ENOTSUP, and the tiered query reports
  * every matched block as a device block. */
 #define KVIDX_F_TIERS 1u
+/* cfg.flags: KVIDX_F_DEFER_FREE keeps writer calls from handing large blocks
+ * (KVIDX_DEFER_FREE_MIN bytes and up: the old tables a growing map lets go
+ * of, the seq table of a worker that empties) back to the allocator: they
+ * wait, counted in stats.bytes and stats.deferred_bytes, until
+ * kvidx_reclaim.  Why: glibc's free() of such a block can return memory to
+ * the kernel inside the call (munmap or heap trim, measured at 1-6 ms on a
+ * VM), the only store latency the library could not bound.  Heap mode only;
+ * no effect in caller-buffer mode (nothing goes back to a system there). */
+#define KVIDX_F_DEFER_FREE 2u
+#ifndef KVIDX_DEFER_FREE_MIN /* smaller blocks are freed at once (OPTIONS) */
+#define KVIDX_DEFER_FREE_MIN 65536u
+#endif
+#if KVIDX_DEFER_FREE_MIN < 64
+#error "KVIDX_DEFER_FREE_MIN must be at least 64 (a deferred block holds its list link)"
+#endif
 
 KVIDX_API int kvidx_create(kvidx **out, const kvidx_config *cfg);
 /* Caller-buffer mode: size needed for cfg (0 if cfg is invalid or the kind
@@ -380,8 +401,18 @@ typedef struct {
   size_t entries;     /* block positions stored in runs                     */
   size_t bytes;       /* bytes allocated now (heap) or buffer size (buffer)*/
   size_t peak_bytes;  /* most bytes allocated at once                      */
+  size_t deferred_bytes; /* of bytes: let go of, waiting for kvidx_reclaim
+                            (KVIDX_F_DEFER_FREE)                            */
 } kvidx_stats;
 KVIDX_API int kvidx_get_stats(const kvidx *ix, kvidx_stats *out);
+/* KVIDX_F_DEFER_FREE: hand the blocks writer calls let go of to the free
+ * hook (or KVIDX_FREE) now; *freed_bytes (may be NULL) = how many bytes.
+ * Call it where a pause is harmless: between events in a single-threaded
+ * router, or from a housekeeping thread (it may run beside writers and
+ * readers: it holds the writer lock only to take the list, and frees
+ * outside it, so the hooks must be callable from that thread).  Without
+ * the flag there is nothing to free: KVIDX_OK, 0 bytes. */
+KVIDX_API int kvidx_reclaim(kvidx *ix, size_t *freed_bytes);
 
 /* ---- production event handling ------------------------------------------
  * One call applies one engine event and tracks, per worker, the stream
@@ -891,6 +922,9 @@ struct kvidx {
   void *actx;
   kvidx__arena arena;          /* buffer mode                              */
   size_t bytes, peak, buf_len, fixed_bytes;
+  int defer_free;              /* KVIDX_F_DEFER_FREE                       */
+  void *deferred;              /* blocks waiting for kvidx_reclaim, linked  */
+  size_t deferred_bytes;       /* through a kvidx__deferred in each         */
   uint64_t seed;               /* keys every map's hash                    */
   uint32_t max_workers, jump, hw; /* hw: words per holder entry (2 with tiers) */
   uint32_t hdev;               /* the device bits' word in a holding          */
@@ -1020,6 +1054,21 @@ KVIDX__PRIV void *kvidx__alloc_zeroed(kvidx *ix, size_t n) {
   return p;
 }
 
+/* The allocator's own free (heap mode). */
+KVIDX__PRIV void kvidx__raw_free(const kvidx *ix, void *p, size_t n) {
+  if (ix->free) ix->free(ix->actx, p, n);
+#ifndef KVIDX_NO_MALLOC
+  else KVIDX_FREE(p);
+#endif
+}
+
+/* A block waiting for kvidx_reclaim starts with its link (the block is
+ * the library's until then, and at least KVIDX_DEFER_FREE_MIN bytes). */
+typedef struct kvidx__deferred {
+  void *next;
+  size_t bytes;
+} kvidx__deferred;
+
 KVIDX__PRIV void kvidx__free(kvidx *ix, void *p, size_t n) {
   if (!p) return;
   if (ix->buffer_mode) {
@@ -1029,11 +1078,30 @@ KVIDX__PRIV void kvidx__free(kvidx *ix, void *p, size_t n) {
     ix->arena.free_list[c] = p;
     return;
   }
+  if (ix->defer_free && n >= KVIDX_DEFER_FREE_MIN) { /* still counted in bytes */
+    kvidx__deferred d;
+    d.next = ix->deferred;
+    d.bytes = n;
+    memcpy(p, &d, sizeof d);
+    ix->deferred = p;
+    ix->deferred_bytes += n;
+    return;
+  }
   ix->bytes -= n;
-  if (ix->free) ix->free(ix->actx, p, n);
-#ifndef KVIDX_NO_MALLOC
-  else KVIDX_FREE(p);
-#endif
+  kvidx__raw_free(ix, p, n);
+}
+
+/* Free a list of deferred blocks (already taken off the index). */
+KVIDX__PRIV size_t kvidx__free_deferred(const kvidx *ix, void *p) {
+  size_t total = 0;
+  while (p) {
+    kvidx__deferred d;
+    memcpy(&d, p, sizeof d);
+    kvidx__raw_free(ix, p, d.bytes);
+    total += d.bytes;
+    p = d.next;
+  }
+  return total;
 }
 
 /* Out of memory: the hooks said no (heap) or the buffer is full (buffer). */
@@ -2976,7 +3044,7 @@ KVIDX__PRIV uint64_t kvidx__map_worst(uint64_t entries, uint32_t ew) {
 
 KVIDX__PRIV int kvidx__plan_cfg(const kvidx_config *cfg, int buffer, kvidx__plan *pl) {
   uint64_t B, E, words, a;
-  if (!cfg || cfg->kind < KVIDX_RADIX || cfg->kind > KVIDX_REFERENCE || (cfg->flags & ~KVIDX_F_TIERS))
+  if (!cfg || cfg->kind < KVIDX_RADIX || cfg->kind > KVIDX_REFERENCE || (cfg->flags & ~(KVIDX_F_TIERS | KVIDX_F_DEFER_FREE)))
     return KVIDX_EINVAL;
   if ((cfg->alloc == NULL) != (cfg->free == NULL)) return KVIDX_EINVAL;
   pl->max_workers = cfg->max_workers ? cfg->max_workers
@@ -3046,6 +3114,7 @@ KVIDX__PRIV kvidx *kvidx__setup(const kvidx_config *cfg, const kvidx__plan *pl, 
   ix->max_entries = pl->max_entries;
   ix->evict = cfg->evict;
   ix->tiers_on = (cfg->flags & KVIDX_F_TIERS) != 0;
+  ix->defer_free = !buffer && (cfg->flags & KVIDX_F_DEFER_FREE) != 0;
   ix->hw = ix->tiers_on ? 2u : 1u;
   ix->hdev = ix->tiers_on ? 4u : KVIDX__CAST(uint32_t, KVIDX__H_HELD);
   ix->evict_target = pl->max_blocks * (cfg->evict_target_pct ? cfg->evict_target_pct : 80) / 100;
@@ -3137,6 +3206,9 @@ KVIDX__PRIV void kvidx__ref_drop_all(kvidx *ix);
 KVIDX_DEF void kvidx_destroy(kvidx *ix) {
   uint32_t i;
   if (!ix || ix->buffer_mode) return; /* buffer mode: the caller owns the memory */
+  ix->bytes -= kvidx__free_deferred(ix, ix->deferred);
+  ix->deferred = NULL;
+  ix->defer_free = 0; /* from here every block goes back at once */
   if (ix->ref) kvidx__ref_drop_all(ix);
   for (i = 0; i < ix->max_workers; i++)
     if (ix->slots[i].used) kvidx__map_drop(ix, &ix->slots[i].seqs);
@@ -3464,6 +3536,7 @@ KVIDX_DEF int kvidx_get_stats(const kvidx *ix, kvidx_stats *st) {
   memset(st, 0, sizeof *st);
   st->bytes = ix->bytes;
   st->peak_bytes = ix->peak;
+  st->deferred_bytes = ix->deferred_bytes;
   if (ix->kind == KVIDX_REFERENCE) {
     kvidx__ref_stats(ix, st);
   } else {
@@ -3472,6 +3545,23 @@ KVIDX_DEF int kvidx_get_stats(const kvidx *ix, kvidx_stats *st) {
     st->entries = ix->entries;
   }
   kvidx__unlock(KVIDX__MUT(ix));
+  return KVIDX_OK;
+}
+
+KVIDX_DEF int kvidx_reclaim(kvidx *ix, size_t *freed_bytes) {
+  void *list;
+  size_t n;
+  if (freed_bytes) *freed_bytes = 0;
+  if (!ix) return KVIDX_EINVAL;
+  if (ix->kind != KVIDX_REFERENCE) kvidx__lock(ix); /* the reference kind: one thread only */
+  list = ix->deferred;
+  n = ix->deferred_bytes;
+  ix->deferred = NULL;
+  ix->deferred_bytes = 0;
+  ix->bytes -= n;
+  if (ix->kind != KVIDX_REFERENCE) kvidx__unlock(ix);
+  kvidx__free_deferred(ix, list); /* outside the lock: writers go on meanwhile */
+  if (freed_bytes) *freed_bytes = n;
   return KVIDX_OK;
 }
 

@@ -378,6 +378,7 @@ typedef struct {
   int growth;               /* --growth */
   size_t growth_blocks;
   uint32_t growth_workers, growth_len;
+  int defer_free;           /* --defer-free: KVIDX_F_DEFER_FREE, kvidx_reclaim after each store */
   int scaling; /* --scaling */
   size_t order_n, order_depths; /* --order-bench N[,D] */
   int scale_writers[16], nscale;
@@ -1975,15 +1976,18 @@ static inline int apply_file_event(kvidx *ix, const efile_t *E, const op_t *op) 
 }
 
 /* an index with the default config except the kind (as a user would) */
-static kvidx *make_default_index(int kind) {
+static kvidx *make_index_flags(int kind, uint32_t flags) {
   kvidx_config cfg;
   memset(&cfg, 0, sizeof cfg);
   cfg.kind = kind;
+  cfg.flags = flags;
   kvidx *ix = NULL;
   int rc = kvidx_create(&ix, &cfg);
   if (rc != KVIDX_OK || !ix) die("kvidx_create(kind=%s) failed: %s", kind_name(kind), kvidx_strerror(rc));
   return ix;
 }
+
+static kvidx *make_default_index(int kind) { return make_index_flags(kind, 0); }
 
 typedef struct {
   double secs;
@@ -2320,7 +2324,7 @@ static int run_growth(const opts_t *o) {
     nb += sn[ns];
     ns++;
   }
-  kvidx *ix = make_default_index(kind);
+  kvidx *ix = make_index_flags(kind, o->defer_free ? KVIDX_F_DEFER_FREE : 0);
   uint32_t *lat = xcalloc(ns, sizeof *lat);
   _Atomic size_t published = 0;
   atomic_int stop = 0;
@@ -2340,8 +2344,8 @@ static int run_growth(const opts_t *o) {
   const size_t seg = target / 8 ? target / 8 : 1;
   uint64_t segworst[9] = {0};
   uint64_t t0 = now_ns();
-  uint64_t worst_cpu = 0, over1ms_cpu = 0;
-  size_t worst_cpu_at = 0;
+  uint64_t worst_cpu = 0, over1ms_cpu = 0, reclaim_worst = 0, reclaim_over1ms = 0, reclaim_calls = 0;
+  size_t worst_cpu_at = 0, reclaimed = 0;
   for (size_t i = 0; i < ns; i++) {
     uint64_t c = thread_cpu_ns(), a = now_ns();
     int rc = kvidx_store(ix, qwid[i], 0, hasp[i] ? &pseq[i] : NULL, blk + i * L + soff[i], sn[i]);
@@ -2356,6 +2360,17 @@ static int run_growth(const opts_t *o) {
     size_t sgi = cum / seg < 8 ? cum / seg : 8;
     if (dt > segworst[sgi]) segworst[sgi] = dt;
     cum += sn[i];
+    if (o->defer_free) { /* a single-threaded router's pattern: reclaim between events */
+      size_t got = 0;
+      uint64_t r0 = now_ns();
+      kvidx_reclaim(ix, &got);
+      uint64_t rt0 = now_ns() - r0;
+      if (got) {
+        reclaim_calls++, reclaimed += got;
+        if (rt0 > reclaim_worst) reclaim_worst = rt0;
+        if (rt0 > 1000000) reclaim_over1ms++;
+      }
+    }
   }
   double secs = (double)(now_ns() - t0) / 1e9;
   atomic_store(&stop, 1);
@@ -2383,6 +2398,10 @@ static int run_growth(const opts_t *o) {
   printf("growth: store_worst_cpu_ns=%" PRIu64 " store_worst_cpu_at_held=%zu stores_over_1ms_cpu=%" PRIu64
          " (thread CPU time: without the time the writer was not running)\n",
          worst_cpu, worst_cpu_at, over1ms_cpu);
+  if (o->defer_free)
+    printf("growth: defer_free=1 reclaims_that_freed=%" PRIu64 " reclaimed_bytes=%zu reclaim_worst_ns=%" PRIu64
+           " reclaims_over_1ms=%" PRIu64 " (kvidx_reclaim after each store, outside the store's timing)\n",
+           reclaim_calls, reclaimed, reclaim_worst, reclaim_over1ms);
   printf("growth: readers=%d queries=%" PRIu64 " query_max_ns=%" PRIu64 " query_p999_ns=%.0f query_p99_ns=%.0f"
          " eagain=%" PRIu64 " wrong_answers=%" PRIu64 " bytes_per_held_block=%.1f peak_bytes=%zu\n",
          nr, rq, rmax, pct(all, tot, 0.999), pct(all, tot, 0.99), reagain, rwrong,
@@ -2594,6 +2613,8 @@ static void usage(void) {
       "  --growth            grow one index to --growth-blocks (4194304) held blocks by\n"
       "                      --growth-workers (256) workers, --growth-len (64) blocks per store,\n"
       "                      with --readers (1) querying; worst / p99.9 kvidx_store latency\n"
+      "  --defer-free        with --growth: cfg.flags KVIDX_F_DEFER_FREE, kvidx_reclaim after\n"
+      "                      each store (timed on its own)\n"
       "  --scaling           writer threads on disjoint workers (--scale-writers LIST, 1,2),\n"
       "                      then --readers (1) alone and with --mixed-writers (1) writers;\n"
       "                      --conc-time S per phase\n"
@@ -2697,6 +2718,7 @@ int main(int argc, char **argv) {
       if (o.replay_reps < 1 || o.replay_reps > 1000) die("--time REPS: 1..1000");
     } else if (IS("--expect")) o.expect = str_arg(argc, argv, &i);
     else if (IS("--growth")) o.growth = 1;
+    else if (IS("--defer-free")) o.defer_free = 1;
     else if (IS("--order-bench")) {
       const char *v = str_arg(argc, argv, &i), *comma = strchr(v, ',');
       o.order_n = (size_t)strtoul(v, NULL, 10);

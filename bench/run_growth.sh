@@ -5,7 +5,9 @@
 #            querying stored chains; worst and p99.9 kvidx_store latency; then
 #            without a reader, with glibc's default settings and with glibc
 #            keeping freed memory (the worst stores are free() calls that
-#            return memory to the kernel: munmap or heap trim).
+#            return memory to the kernel: munmap or heap trim), then with
+#            KVIDX_F_DEFER_FREE and kvidx_reclaim between stores (timed apart),
+#            glibc's defaults, without and with READERS reader threads.
 #   scaling: the W16 C2048 F1 mock-engine stream; 1 and 2 writer threads on disjoint
 #            workers (SCALE_WRITERS), then READERS alone and with one writer.
 # Usage: run_growth.sh BENCH_BIN TRACE OUT_DIR.  Environment: GROWTH_BLOCKS,
@@ -64,6 +66,11 @@ KEEP_ENV="MALLOC_MMAP_THRESHOLD_=1000000000 MALLOC_TRIM_THRESHOLD_=4000000000"
  run "growth to $GROWTH_BLOCKS held blocks, positional, no reader, glibc keeping freed memory ($KEEP_ENV)" \
    --growth --kind positional --growth-blocks "$GROWTH_BLOCKS" --growth-workers 256 --growth-len 64 --readers 0
  exit $fail) || fail=1
+# glibc's defaults, the frees moved out of the stores by the library itself
+run "growth to $GROWTH_BLOCKS held blocks, positional, no reader, KVIDX_F_DEFER_FREE (kvidx_reclaim between stores)" \
+  --growth --kind positional --growth-blocks "$GROWTH_BLOCKS" --growth-workers 256 --growth-len 64 --readers 0 --defer-free
+run "growth to $GROWTH_BLOCKS held blocks, positional, $READERS reader(s), KVIDX_F_DEFER_FREE (kvidx_reclaim between stores)" \
+  --growth --kind positional --growth-blocks "$GROWTH_BLOCKS" --growth-workers 256 --growth-len 64 --readers "$READERS" --defer-free
 for k in $KINDS; do
   run "writer scaling, $k, W16 C2048 F1" -q --trace "$TRACE" -W 16 -C 2048 -F 1 --scaling --kind "$k" \
     --scale-writers "$SCALE_WRITERS" --readers "$READERS" --mixed-writers 1 --conc-time "$CONC_TIME"
@@ -76,7 +83,9 @@ END=$(date +%s)
   echo "counts the time the scheduler gave the core to the reader or to other jobs: 2 cores, shared);"
   echo "store_p999_ns over every store; readers' query_max_ns / p99.9 during the growth;"
   echo "wrong_answers = queries whose answer missed the chain's worker at full depth (must be 0);"
-  echo "eagain = find_matches_ex gave up on a write in progress. Scaling: total and per-thread"
+  echo "eagain = find_matches_ex gave up on a write in progress; with --defer-free, reclaim_worst_ns ="
+  echo "the slowest kvidx_reclaim that freed something (called after each store, not in its timing)."
+  echo "Scaling: total and per-thread"
   echo "block-ops/s of writers replaying their workers' history (clear, then every event) in a"
   echo "loop; fraction_of_alone = reader queries/s with one writer running / readers alone."
   echo

@@ -744,6 +744,109 @@ static void test_reuse(int kind) {
   CHECK_EQ(ac.live, 0);
 }
 
+/* ---- 8b. KVIDX_F_DEFER_FREE: no large block goes back inside a writer call -- */
+typedef struct {
+  t_alloc_ctx base;
+  long big_frees; /* frees of at least KVIDX_DEFER_FREE_MIN bytes */
+} t_defer_ctx;
+static void *t_defer_alloc(void *ctx, size_t n) { return t_alloc(&((t_defer_ctx *)ctx)->base, n); }
+static void t_defer_free(void *ctx, void *p, size_t n) {
+  t_defer_ctx *c = (t_defer_ctx *)ctx;
+  if (n >= KVIDX_DEFER_FREE_MIN) c->big_frees++;
+  t_free(&c->base, p, n);
+}
+
+static void test_defer_free(int kind) {
+  t_defer_ctx ctx[2];
+  kvidx *ix[2];
+  kvidx_config c;
+  kvidx_stats st;
+  size_t freed = 1, before;
+  uint64_t rs = 17;
+  int k, i, w;
+  for (k = 0; k < 2; k++) { /* ix[0] defers, ix[1] does not: same workload, same answers */
+    memset(&ctx[k], 0, sizeof ctx[k]);
+    ctx[k].base.fail_at = -1;
+    memset(&c, 0, sizeof c);
+    c.kind = kind;
+    c.flags = k == 0 ? KVIDX_F_DEFER_FREE : 0;
+    c.alloc = t_defer_alloc;
+    c.free = t_defer_free;
+    c.alloc_ctx = &ctx[k];
+    CHECK_EQ(kvidx_create(&ix[k], &c), KVIDX_OK);
+  }
+  for (i = 0; i < 400; i++) { /* 4 workers x ~6,400 blocks: seq tables pass 64 KiB */
+    kvidx_block b[64];
+    uint64_t q[64];
+    uint32_t j, n = 64;
+    w = i % 4;
+    for (j = 0; j < n; j++) q[j] = t_rand(&rs);
+    run(q, n, b);
+    for (k = 0; k < 2; k++) CHECK_EQ(kvidx_store(ix[k], (uint64_t)w, 0, NULL, b, n), KVIDX_OK);
+    if (i % 50 == 49) {
+      CHECK(same_answers(ix, 2, q, n));
+      CHECK_EQ(kvidx_remove(ix[0], (uint64_t)w, 0, &b[3].seq, 1), kvidx_remove(ix[1], (uint64_t)w, 0, &b[3].seq, 1));
+      CHECK(same_answers(ix, 2, q, n));
+    }
+  }
+  CHECK_EQ(kvidx_clear(ix[0], 0, 0), kvidx_clear(ix[1], 0, 0)); /* an emptied worker's seq table goes */
+  CHECK_EQ(ctx[0].big_frees, 0);  /* none inside a writer call ... */
+  CHECK(ctx[1].big_frees > 0);    /* ... where the default frees some */
+  CHECK_EQ(kvidx_get_stats(ix[0], &st), KVIDX_OK);
+  CHECK(st.deferred_bytes >= KVIDX_DEFER_FREE_MIN);
+  CHECK_EQ(st.bytes, ctx[0].base.bytes); /* still allocated, still counted */
+  CHECK_EQ(kvidx__check(ix[0]), 0);
+  before = ctx[0].base.bytes;
+  CHECK_EQ(kvidx_reclaim(ix[0], &freed), KVIDX_OK);
+  CHECK_EQ(freed, st.deferred_bytes);
+  CHECK_EQ(ctx[0].base.bytes, before - freed);
+  CHECK(ctx[0].big_frees > 0);
+  CHECK_EQ(kvidx_get_stats(ix[0], &st), KVIDX_OK);
+  CHECK_EQ(st.deferred_bytes, 0);
+  CHECK_EQ(st.bytes, ctx[0].base.bytes);
+  CHECK_EQ(kvidx_reclaim(ix[0], &freed), KVIDX_OK); /* nothing left */
+  CHECK_EQ(freed, 0);
+  CHECK_EQ(kvidx_reclaim(ix[1], NULL), KVIDX_OK);  /* without the flag: nothing to do */
+  CHECK_EQ(kvidx_reclaim(NULL, &freed), KVIDX_EINVAL);
+  for (w = 1; w < 4; w++) kvidx_clear(ix[0], (uint64_t)w, 0);
+  CHECK_EQ(kvidx_get_stats(ix[0], &st), KVIDX_OK);
+  CHECK(st.deferred_bytes > 0);
+  kvidx_destroy(ix[0]); /* frees what still waits */
+  kvidx_destroy(ix[1]);
+  for (k = 0; k < 2; k++) {
+    CHECK_EQ(ctx[k].base.live, 0);
+    CHECK_EQ(ctx[k].base.bytes, 0);
+  }
+  if (kind != KVIDX_REFERENCE) { /* caller-buffer mode: the flag is accepted, nothing waits */
+    kvidx *bx;
+    void *mem;
+    size_t need;
+    memset(&c, 0, sizeof c);
+    c.kind = kind;
+    c.flags = KVIDX_F_DEFER_FREE;
+    c.max_blocks = 4096;
+    need = kvidx_buffer_size(&c);
+    CHECK(need > 0);
+    mem = malloc(need);
+    CHECK_EQ(kvidx_init_buffer(&bx, &c, mem, need), KVIDX_OK);
+    for (i = 0; i < 60; i++) {
+      kvidx_block b[64];
+      uint64_t q[64];
+      uint32_t j;
+      for (j = 0; j < 64; j++) q[j] = t_rand(&rs);
+      run(q, 64, b);
+      kvidx_store(bx, (uint64_t)(i % 3), 0, NULL, b, 64);
+      if (i % 20 == 19) kvidx_clear(bx, (uint64_t)(i % 3), 0);
+    }
+    CHECK_EQ(kvidx_get_stats(bx, &st), KVIDX_OK);
+    CHECK_EQ(st.deferred_bytes, 0);
+    CHECK_EQ(kvidx_reclaim(bx, &freed), KVIDX_OK);
+    CHECK_EQ(freed, 0);
+    CHECK_EQ(kvidx__check(bx), 0);
+    free(mem);
+  }
+}
+
 /* ---- 9. ordering and truncation of results ---------------------------------- */
 static void test_order(int kind) {
   kvidx *ix = mk(kind, 0, 0);
@@ -904,6 +1007,7 @@ int main(int argc, char **argv) {
     test_alloc_failure(KINDS[k]);
     test_buffer(KINDS[k]);
     test_reuse(KINDS[k]);
+    test_defer_free(KINDS[k]);
     test_order(KINDS[k]);
     test_wide(KINDS[k]);
     test_large(KINDS[k]);

@@ -4,6 +4,8 @@
  * deeper than anything it ever stored; results are sorted and well formed.
  * Each writer also stores fresh chains to a growth worker of its own, so the
  * shared tables grow (and drain) all run long, under the readers' probes.
+ * Every other round the index defers its large frees (KVIDX_F_DEFER_FREE)
+ * and one more thread calls kvidx_reclaim all along, beside the writers.
  * Usage: test_threads [seconds] [writers] [readers] */
 #include <pthread.h>
 #include <stdio.h>
@@ -27,7 +29,8 @@ static size_t static_blocks[NSTATIC];
 static double deadline;
 static int nwriters = 2, nreaders = 2;
 static long max_ops = 2000000;
-static _Atomic long reader_queries, writer_events, failures, gave_up;
+static _Atomic long reader_queries, writer_events, failures, gave_up, reclaims_freeing;
+static _Atomic unsigned long long reclaimed_bytes;
 
 static double now(void) {
   struct timespec ts;
@@ -130,19 +133,35 @@ static void *writer(void *arg) {
   return NULL;
 }
 
+/* The housekeeping thread of a KVIDX_F_DEFER_FREE round. */
+static void *reclaimer(void *arg) {
+  (void)arg;
+  while (now() < deadline) {
+    size_t freed = 0;
+    if (kvidx_reclaim(ix, &freed) != KVIDX_OK) fail("kvidx_reclaim", -1);
+    if (freed) {
+      reclaims_freeing++;
+      reclaimed_bytes += freed;
+    }
+  }
+  return NULL;
+}
+
 /* One round: a fresh index of this kind (static workers stored and their
  * exact depths taken from the reference), writers and readers racing on it
  * for `secs`, then the invariant check. */
-static void round_on(int kind, double secs, uint64_t *s) {
+static void round_on(int kind, double secs, uint64_t *s, int defer) {
   kvidx_config c;
   kvidx *ref;
-  pthread_t th[64];
-  int i, q, w;
+  pthread_t th[65];
+  int i, q, w, nth;
   memset(&c, 0, sizeof c);
   c.kind = kind;
   c.jump = 4;
+  c.flags = defer ? KVIDX_F_DEFER_FREE : 0;
   if (kvidx_create(&ix, &c) != KVIDX_OK) exit(2);
   c.kind = KVIDX_REFERENCE;
+  c.flags = 0;
   if (kvidx_create(&ref, &c) != KVIDX_OK) exit(2);
   for (q = 0; q < NQ; q++) /* tiny alphabet: queries share prefixes and chunks */
     for (i = 0; i < QLEN; i++) queries[q][i] = 1 + rnd(s) % 3;
@@ -170,7 +189,9 @@ static void round_on(int kind, double secs, uint64_t *s) {
   deadline = now() + secs;
   for (i = 0; i < nwriters; i++) pthread_create(&th[i], NULL, writer, (void *)(size_t)i);
   for (i = 0; i < nreaders; i++) pthread_create(&th[nwriters + i], NULL, reader, (void *)(size_t)i);
-  for (i = 0; i < nwriters + nreaders; i++) pthread_join(th[i], NULL);
+  nth = nwriters + nreaders;
+  if (defer) pthread_create(&th[nth++], NULL, reclaimer, NULL);
+  for (i = 0; i < nth; i++) pthread_join(th[i], NULL);
   if (kvidx__check(ix)) {
     fprintf(stderr, "invariant check failed after the run\n");
     failures++;
@@ -196,7 +217,7 @@ int main(int argc, char **argv) {
     long events = 0, queries_run = 0;
     cur_kind = k;
     for (r = 0; r < rounds; r++) {
-      round_on(kinds[k], secs / rounds, &s);
+      round_on(kinds[k], secs / rounds, &s, r & 1);
       events += writer_events, queries_run += reader_queries;
       writer_events = reader_queries = 0;
     }
@@ -204,8 +225,12 @@ int main(int argc, char **argv) {
       fprintf(stderr, "%s: no %s ran\n", k ? "positional" : "radix", events ? "query" : "event");
       failures++;
     }
-    printf("%s: %d writers x %d readers, %.1f s in %d rounds: %ld events, %ld queries (%ld EAGAIN)\n",
-           k ? "positional" : "radix", nwriters, nreaders, secs, rounds, events, queries_run, (long)gave_up);
+    printf("%s: %d writers x %d readers, %.1f s in %d rounds: %ld events, %ld queries (%ld EAGAIN);"
+           " deferred frees: %ld reclaims freed %llu bytes\n",
+           k ? "positional" : "radix", nwriters, nreaders, secs, rounds, events, queries_run, (long)gave_up,
+           (long)reclaims_freeing, (unsigned long long)reclaimed_bytes);
+    reclaims_freeing = 0;
+    reclaimed_bytes = 0;
   }
   printf("%d passed, %d failed\n", failures ? 0 : 1, failures ? 1 : 0);
   return failures ? 1 : 0;
