@@ -15,13 +15,20 @@
  * nothing, ever; the hook's free gets the size given to alloc; a failed
  * create leaks nothing; destroy frees everything.
  *
+ * With byte 0's bit 6 (heap mode) the subject defers its frees
+ * (KVIDX_F_DEFER_FREE, every block of 64 bytes and up here: the writer calls'
+ * frees then wait for kvidx_reclaim, called every 16 ops): stats.bytes must
+ * still equal the hook's live bytes, each reclaim must free exactly the
+ * deferred bytes, and destroy must free what still waits.
+ *
  * Input: byte 0 mode (bit 0: 0 buffer, 1 heap), kind (((b >> 1) & 3) % 3), bit 4
- * LRS eviction, bit 5 evict_target_pct 50;
+ * LRS eviction, bit 5 evict_target_pct 50, bit 6 deferred frees;
  * byte 1 max_workers; byte 2 max_blocks; byte 3 max_entries; byte 4 jump;
  * byte 5 buffer misalignment / failing allocation during create; then ops as
  * in fuzz_ops (fuzz_common.h), where an op code of 15 is instead "arm the
  * hook": the next byte says which of the coming allocations fail. */
 #define KVIDX_IMPLEMENTATION
+#define KVIDX_DEFER_FREE_MIN 64 /* with bit 6: nearly every free is deferred */
 #include "fuzz_common.h"
 
 /* ---- allocation hook --------------------------------------------------------- */
@@ -130,6 +137,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   /* c0 bit 4: LRS eviction (with a block cap), c0 bit 5: evict_target_pct 50 */
   cfg.evict = (c0 & 0x10) && cfg.max_blocks ? KVIDX_EVICT_LRS : KVIDX_EVICT_NONE;
   cfg.evict_target_pct = cfg.evict && (c0 & 0x20) ? 50 : 0;
+  const int defer = heap && (c0 & 0x40);
+  cfg.flags = defer ? KVIDX_F_DEFER_FREE : 0;
   const char *sn = heap ? "heap" : "buffer";
 
   memset(&hk, 0, offsetof(hook_t, live));
@@ -310,6 +319,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (nops % 8 == 0) {
       fz_check(sub, sn);
       compare_all(sub, sn, orc, heap, bulk_hi);
+    }
+    if (defer && nops % 16 == 7) {
+      kvidx_stats st;
+      size_t freed = 1, live = hk.live_bytes;
+      memset(&st, 0, sizeof st);
+      kvidx_get_stats(sub, &st);
+      if (kvidx_reclaim(sub, &freed) != KVIDX_OK) FZ_FAIL("kvidx_reclaim failed");
+      if (freed != st.deferred_bytes || hk.live_bytes != live - freed)
+        FZ_FAIL("kvidx_reclaim freed %zu bytes (hook: %zu) of %zu deferred", freed, live - hk.live_bytes,
+                st.deferred_bytes);
+      kvidx_get_stats(sub, &st);
+      if (st.deferred_bytes || st.bytes != hk.live_bytes)
+        FZ_FAIL("after kvidx_reclaim: %zu bytes deferred, stats.bytes %zu, hook %zu", st.deferred_bytes, st.bytes,
+                hk.live_bytes);
     }
   }
   disarm();

@@ -38,8 +38,9 @@ def ops_cfg(sel=0, every=False, mw=0x80, jump=0, mb=0, k=0):
     # every: full check after every op; k: 0..3 -> every 64, 16, 256 ops, only at the end
     return bytes([sel | (4 if every else 0) | (k << 6), mw, jump, mb])
 
-def cap_cfg(heap=False, kind=0, mw=3, mb=20, me=0, jump=4, c5=0, evict=False, pct50=False):
-    return bytes([(1 if heap else 0) | (kind << 1) | (0x10 if evict else 0) | (0x20 if pct50 else 0), mw, mb, me, jump, c5])
+def cap_cfg(heap=False, kind=0, mw=3, mb=20, me=0, jump=4, c5=0, evict=False, pct50=False, defer=False):
+    return bytes([(1 if heap else 0) | (kind << 1) | (0x10 if evict else 0) | (0x20 if pct50 else 0) | (0x40 if defer else 0),
+                  mw, mb, me, jump, c5])
 
 def ttl_workload():
     # expiry mode: every store carries one more byte (its expiry); op 13 = expire(now)
@@ -128,6 +129,11 @@ def main():
             'seed-buffer-evict-radix': cap_cfg(kind=0, mb=16, evict=True, pct50=True, me=0x80 | 7) + workload(),
             'seed-heap-evict-fail': cap_cfg(heap=True, kind=1, mb=12, evict=True, c5=0x83) + arm(0x03) + workload() + arm(0x85) + workload(),
             'seed-heap-workers': cap_cfg(heap=True, kind=1, mw=1, mb=0x80) + bulk(5) + arm(3) + bulk(5, 2, True) + workload(),
+            'seed-heap-defer-free': cap_cfg(heap=True, kind=1, mw=0x80, mb=0x80, c5=0, defer=True) + longstore(0) + arm(0x05)
+                              + longstore(1, 255, (3, 4)) + bulk(64, 0, distinct=True) + workload() + arm(0x83) + workload(),
+            'seed-heap-defer-free-radix': cap_cfg(heap=True, kind=0, mb=0x80, c5=0x81, defer=True) + arm(2) + workload()
+                              + longstore(2, 255, (5, 6)) + workload(),
+            'seed-heap-defer-free-reference': cap_cfg(heap=True, kind=2, mb=0x80, c5=0, defer=True) + workload() + workload(),
         },
         'fuzz_snapshot': {
             'seed-roundtrip-basic': bytes([0x04 | (2 << 3)]) + workload(),
