@@ -353,7 +353,7 @@ typedef struct {
  * wait, counted in stats.bytes and stats.deferred_bytes, until
  * kvidx_reclaim.  Why: glibc's free() of such a block can return memory to
  * the kernel inside the call (munmap or heap trim, measured at 1-6 ms on a
- * VM), the only store latency the library could not bound.  Heap mode only;
+ * VM), which no bounded growth step can prevent.  Heap mode only;
  * no effect in caller-buffer mode (nothing goes back to a system there). */
 #define KVIDX_F_DEFER_FREE 2u
 #ifndef KVIDX_DEFER_FREE_MIN /* smaller blocks are freed at once (OPTIONS) */
