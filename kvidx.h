@@ -401,8 +401,8 @@ typedef struct {
   size_t entries;     /* block positions stored in runs                     */
   size_t bytes;       /* bytes allocated now (heap) or buffer size (buffer)*/
   size_t peak_bytes;  /* most bytes allocated at once                      */
-  size_t deferred_bytes; /* of bytes: let go of, waiting for kvidx_reclaim
-                            (KVIDX_F_DEFER_FREE)                            */
+  size_t deferred_bytes; /* part of bytes: let go of by writer calls, waiting
+                            for kvidx_reclaim (KVIDX_F_DEFER_FREE)          */
 } kvidx_stats;
 KVIDX_API int kvidx_get_stats(const kvidx *ix, kvidx_stats *out);
 /* KVIDX_F_DEFER_FREE: hand the blocks writer calls let go of to the free
@@ -1091,17 +1091,25 @@ KVIDX__PRIV void kvidx__free(kvidx *ix, void *p, size_t n) {
   kvidx__raw_free(ix, p, n);
 }
 
-/* Free a list of deferred blocks (already taken off the index). */
-KVIDX__PRIV size_t kvidx__free_deferred(const kvidx *ix, void *p) {
-  size_t total = 0;
+/* Take the deferred blocks off the index (they leave stats.bytes now);
+ * *bytes = their total.  Writer-side state: under the lock. */
+KVIDX__PRIV void *kvidx__take_deferred(kvidx *ix, size_t *bytes) {
+  void *list = ix->deferred;
+  *bytes = ix->deferred_bytes;
+  ix->bytes -= ix->deferred_bytes;
+  ix->deferred = NULL;
+  ix->deferred_bytes = 0;
+  return list;
+}
+
+/* Free a list kvidx__take_deferred took (no index state: outside the lock). */
+KVIDX__PRIV void kvidx__free_deferred(const kvidx *ix, void *p) {
   while (p) {
     kvidx__deferred d;
     memcpy(&d, p, sizeof d);
     kvidx__raw_free(ix, p, d.bytes);
-    total += d.bytes;
     p = d.next;
   }
-  return total;
 }
 
 /* Out of memory: the hooks said no (heap) or the buffer is full (buffer). */
@@ -3205,9 +3213,9 @@ KVIDX__PRIV void kvidx__ref_drop_all(kvidx *ix);
 
 KVIDX_DEF void kvidx_destroy(kvidx *ix) {
   uint32_t i;
+  size_t n;
   if (!ix || ix->buffer_mode) return; /* buffer mode: the caller owns the memory */
-  ix->bytes -= kvidx__free_deferred(ix, ix->deferred);
-  ix->deferred = NULL;
+  kvidx__free_deferred(ix, kvidx__take_deferred(ix, &n));
   ix->defer_free = 0; /* from here every block goes back at once */
   if (ix->ref) kvidx__ref_drop_all(ix);
   for (i = 0; i < ix->max_workers; i++)
@@ -3553,13 +3561,9 @@ KVIDX_DEF int kvidx_reclaim(kvidx *ix, size_t *freed_bytes) {
   size_t n;
   if (freed_bytes) *freed_bytes = 0;
   if (!ix) return KVIDX_EINVAL;
-  if (ix->kind != KVIDX_REFERENCE) kvidx__lock(ix); /* the reference kind: one thread only */
-  list = ix->deferred;
-  n = ix->deferred_bytes;
-  ix->deferred = NULL;
-  ix->deferred_bytes = 0;
-  ix->bytes -= n;
-  if (ix->kind != KVIDX_REFERENCE) kvidx__unlock(ix);
+  kvidx__lock(ix);
+  list = kvidx__take_deferred(ix, &n);
+  kvidx__unlock(ix);
   kvidx__free_deferred(ix, list); /* outside the lock: writers go on meanwhile */
   if (freed_bytes) *freed_bytes = n;
   return KVIDX_OK;
