@@ -153,10 +153,12 @@
  *   All memory comes from the allocation hooks, or in caller-buffer mode
  *   from the buffer through size classes.
  *
- *   Memory: a held block costs its seq entry (16-21 bytes at the table's
- *   load) plus its share of the run it sits in (8 bytes per block of locals,
- *   the run header and holder entries per run, not per block).  Runs that
- *   nobody holds are freed as soon as nothing hangs below them.
+ *   Memory: a held block costs its seq entry (16 bytes at a table load
+ *   between 3/8 and 3/4: 21-43 bytes) plus its share of the run it sits in
+ *   (8 bytes per block of locals, the run header and holder entries per run,
+ *   not per block).  Run headers and word chunks live in grow-only arrays
+ *   that grow by a quarter or a third at a time.  Runs that nobody holds are
+ *   freed as soon as nothing hangs below them.
  *
  *   Concurrency: readers copy one run at a time under its seqlock and probe
  *   the child map (its table, then the one draining), validated by the map's
@@ -695,7 +697,7 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
 #define KVIDX__SIZE_MAX (~KVIDX__CAST(size_t, 0))
 #define KVIDX__ID_LIMIT 0x7FFFFFF0u /* ids and element counts stay below this     */
 #define KVIDX__RUN_MAX 64           /* blocks per run: a worker's share is one u64 */
-#define KVIDX__SEGS 28              /* grow-only segments per array              */
+#define KVIDX__SEGS 96              /* grow-only segments per array (4 per size)  */
 #define KVIDX__WCLASSES 14          /* word chunks of 1 << 0 .. 1 << 13 words    */
 #define KVIDX__NOCLASS 0xFFu
 
@@ -802,7 +804,7 @@ typedef struct {
 
 /* ---- the types, in the data's path ------------------------------------- */
 typedef struct { /* a grow-only array of es-byte elements (see 2.) */
-  KVIDX__A(unsigned char *) seg[28];
+  KVIDX__A(unsigned char *) seg[KVIDX__SEGS];
   uint64_t cap;
   size_t es;
   uint32_t shift0, nseg;
@@ -1117,19 +1119,32 @@ KVIDX__PRIV int kvidx__oom(const kvidx *ix) { return ix->buffer_mode ? KVIDX_EFU
 
 KVIDX__PRIV size_t kvidx__align(size_t n) { return (n + 63) & ~KVIDX__CAST(size_t, 63); }
 
-/* ---- grow-only arrays: segment k holds (1 << shift0) << k elements -------
- * Segments are never moved or freed before destroy, so an index a reader
- * picked up, once bounds-checked, always names valid atomic memory (freed
- * elements are only reused as elements of the same array: type-stable). */
+/* ---- grow-only arrays: four segments of each size, doubling ----------------
+ * Segment k holds 1 << (shift0 + k / 4) elements, so the capacity grows by
+ * a third or a quarter at a time (1, 2, 3, 4, 6, 8, 10, ... segment-0
+ * sizes) and the last segment, the part allocated ahead of use, is at most
+ * a fifth of it (plain doubling left up to half of it unused).
+ *
+ *   element i, u = i + 4 * seg0:   u in [2^L, 2^(L+1))
+ *   [ 2^(L-2) | 2^(L-2) | 2^(L-2) | 2^(L-2) ]   segments 4 (L - shift0 - 2) + 0..3
+ *
+ * Segments never move and are never freed before destroy, so an index a
+ * reader picked up, once bounds-checked, always names valid atomic memory
+ * (freed elements are only reused as elements of the same array:
+ * type-stable).  Segment boundaries are multiples of segment 0's size, so
+ * word chunks (at most 1 << 13 words, aligned to their size) never cross
+ * one when shift0 >= 13. */
+KVIDX__PRIV uint64_t kvidx__seg_elems(const kvidx__grow *g, unsigned k) {
+  return KVIDX__CAST(uint64_t, 1) << (g->shift0 + k / 4);
+}
+
 KVIDX__HOT void *kvidx__grow_get(const kvidx__grow *g, uint64_t i, uint64_t count, int reader) {
-  /* shifted by one segment 0's size, element i lands in [2^L, 2^(L+1)) where
-   * L = shift0 + its segment, at its offset below that power of two: one
-   * bit scan, no branch per segment */
-  uint64_t u = i + (KVIDX__CAST(uint64_t, 1) << g->shift0);
-  unsigned L = kvidx__log2(u), k = L - g->shift0;
-  uint64_t off = u - (KVIDX__CAST(uint64_t, 1) << L);
+  /* one bit scan finds the power of two, its next two bits the quarter */
+  uint64_t u = i + (KVIDX__CAST(uint64_t, 4) << g->shift0);
+  unsigned L = kvidx__log2(u), k = 4 * (L - g->shift0 - 2) + KVIDX__CAST(unsigned, (u >> (L - 2)) & 3u);
+  uint64_t size = KVIDX__CAST(uint64_t, 1) << (L - 2), off = u & (size - 1);
   unsigned char *base;
-  if (k >= KVIDX__SEGS || off + count > (KVIDX__CAST(uint64_t, 1) << L)) return NULL; /* crosses a segment */
+  if (k >= KVIDX__SEGS || off + count > size) return NULL; /* crosses a segment */
   base = reader ? kvidx__ld_acq(&KVIDX__UNC(kvidx__grow *, g)->seg[k]) : kvidx__ld(&KVIDX__UNC(kvidx__grow *, g)->seg[k]);
   return base ? base + off * g->es : NULL;
 }
@@ -1137,9 +1152,9 @@ KVIDX__HOT void *kvidx__grow_get(const kvidx__grow *g, uint64_t i, uint64_t coun
 KVIDX__PRIV int kvidx__grow_reserve(kvidx *ix, kvidx__grow *g, uint64_t need) {
   while (g->cap < need) {
     unsigned k = g->nseg;
-    uint64_t elems = KVIDX__CAST(uint64_t, 1) << (g->shift0 + k);
+    uint64_t elems;
     unsigned char *p;
-    if (k >= KVIDX__SEGS || g->cap + elems > KVIDX__ID_LIMIT) return KVIDX_EFULL;
+    if (k >= KVIDX__SEGS || g->cap + (elems = kvidx__seg_elems(g, k)) > KVIDX__ID_LIMIT) return KVIDX_EFULL;
     if (elems * g->es > KVIDX__SIZE_MAX) return kvidx__oom(ix);
     p = KVIDX__CAST(unsigned char *, kvidx__alloc(ix, KVIDX__CAST(size_t, elems * g->es)));
     if (!p) return kvidx__oom(ix);
@@ -1155,8 +1170,7 @@ KVIDX__PRIV int kvidx__grow_reserve(kvidx *ix, kvidx__grow *g, uint64_t need) {
 
 KVIDX__PRIV void kvidx__grow_drop(kvidx *ix, kvidx__grow *g) {
   unsigned k;
-  for (k = 0; k < g->nseg; k++)
-    kvidx__free(ix, kvidx__ld(&g->seg[k]), KVIDX__CAST(size_t, (KVIDX__CAST(uint64_t, 1) << (g->shift0 + k)) * g->es));
+  for (k = 0; k < g->nseg; k++) kvidx__free(ix, kvidx__ld(&g->seg[k]), KVIDX__CAST(size_t, kvidx__seg_elems(g, k) * g->es));
 }
 
 /* ---- word chunks: runs' locals and holder lists ---------------------------
