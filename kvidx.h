@@ -157,8 +157,8 @@
  *   between 3/8 and 3/4: 21-43 bytes) plus its share of the run it sits in
  *   (8 bytes per block of locals, the run header and holder entries per run,
  *   not per block).  Run headers and word chunks live in grow-only arrays
- *   that grow by a quarter or a third at a time.  Runs that nobody holds are
- *   freed as soon as nothing hangs below them.
+ *   that grow in steps of at most a quarter of their new size.  Runs that
+ *   nobody holds are freed as soon as nothing hangs below them.
  *
  *   Concurrency: readers copy one run at a time under its seqlock and probe
  *   the child map (its table, then the one draining), validated by the map's
@@ -210,7 +210,9 @@
  *          answers: a score joins the answer inline in the walk (18% fewer
  *          instructions in the walk on W16 C2048).  KVIDX_F_DEFER_FREE and
  *          kvidx_reclaim: large blocks let go of by writer calls wait for
- *          a call the router places (stats.deferred_bytes).
+ *          a call the router places (stats.deferred_bytes).  Grow-only
+ *          arrays come in four segments of each size: less than a quarter
+ *          of them allocated ahead of use (was up to half).
  *   0.1.0  first release: hashing, reference model, radix and positional
  *          indexes, caller-buffer mode, seqlock reader path, event ids,
  *          storage tiers, eviction policies and TTL mode, dumps and binary
@@ -1120,10 +1122,12 @@ KVIDX__PRIV int kvidx__oom(const kvidx *ix) { return ix->buffer_mode ? KVIDX_EFU
 KVIDX__PRIV size_t kvidx__align(size_t n) { return (n + 63) & ~KVIDX__CAST(size_t, 63); }
 
 /* ---- grow-only arrays: four segments of each size, doubling ----------------
- * Segment k holds 1 << (shift0 + k / 4) elements, so the capacity grows by
- * a third or a quarter at a time (1, 2, 3, 4, 6, 8, 10, ... segment-0
- * sizes) and the last segment, the part allocated ahead of use, is at most
- * a fifth of it (plain doubling left up to half of it unused).
+ * Segment k holds 1 << (shift0 + k / 4) elements: capacities of 1, 2, 3,
+ * 4, 6, 8, 10, 12, 16, 20, ... segment-0 sizes, each new segment a seventh
+ * to a quarter of the capacity once past the first few.  So the part
+ * allocated ahead of use, less than the last segment, stays under a
+ * quarter of the array (about a fifth when large); plain doubling left up
+ * to half of it unused.
  *
  *   element i, u = i + 4 * seg0:   u in [2^L, 2^(L+1))
  *   [ 2^(L-2) | 2^(L-2) | 2^(L-2) | 2^(L-2) ]   segments 4 (L - shift0 - 2) + 0..3

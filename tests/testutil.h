@@ -43,6 +43,7 @@ typedef struct {
 } t_alloc_ctx;
 void *t_alloc(void *ctx, size_t n);
 void t_free(void *ctx, void *p, size_t n);
+int t_grow_layout(void); /* grow-only arrays' layout (test_impl.c): failed checks */
 
 /* A snapshot stream in memory: kvidx_snapshot_write / _read callbacks. */
 typedef struct {
