@@ -41,7 +41,10 @@ int t_grow_layout(void) {
   g.shift0 = 3;
   for (need = 1; need <= 5000; need += 1 + need / 8) {
     uint64_t last;
-    if (kvidx__grow_reserve(ix, &g, need) != KVIDX_OK) return fails + 1;
+    if (kvidx__grow_reserve(ix, &g, need) != KVIDX_OK) {
+      fails++;
+      break;
+    }
     last = kvidx__seg_elems(&g, g.nseg - 1);
     fails += g.cap < need || g.cap - need >= last;
     fails += g.cap >= 16 * 8 && (g.cap - need) * 4 >= g.cap;
@@ -58,7 +61,7 @@ int t_grow_layout(void) {
   for (k = 0; k < g.nseg; k++) {
     uint64_t n = kvidx__seg_elems(&g, k);
     fails += kvidx__grow_get(&g, start, n, 0) == NULL;
-    fails += kvidx__grow_get(&g, start + 1, n, 0) != NULL; /* one past its end */
+    fails += kvidx__grow_get(&g, start + 1, n, 0) != NULL; /* ends one past the segment */
     start += n;
     bytes += n * g.es;
   }
