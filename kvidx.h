@@ -151,7 +151,10 @@
  *                                old's places (whole clusters) into tab
  *
  *   All memory comes from the allocation hooks, or in caller-buffer mode
- *   from the buffer through size classes.
+ *   from the buffer through size classes.  There the shared maps (child
+ *   map, holdings, multi, worker slots) are made at their largest when the
+ *   index is, so they never grow and their old tables never take room; a
+ *   table's header is an allocation of its own, so 2^k places fill a class.
  *
  *   Memory: a held block costs its seq entry (16 bytes at a table load
  *   between 3/8 and 3/4: 21-43 bytes) plus its share of the run it sits in
@@ -213,6 +216,11 @@
  *          a call the router places (stats.deferred_bytes).  Grow-only
  *          arrays come in four segments of each size: less than a quarter
  *          of them allocated ahead of use (was up to half).
+ *          Caller-buffer mode: the shared maps are made at their largest
+ *          by kvidx_init_buffer, a table's entries fill a size class, the
+ *          word pool's reserve is the largest chunk this index asks for:
+ *          kvidx_buffer_size for 2,048 blocks x 8 workers 775 -> 461
+ *          bytes per block (x86-64).
  *   0.1.0  first release: hashing, reference model, radix and positional
  *          indexes, caller-buffer mode, seqlock reader path, event ids,
  *          storage tiers, eviction policies and TTL mode, dumps and binary
@@ -818,8 +826,10 @@ typedef struct {
   uint32_t free_head[14];   /* per class: first free chunk, or NONE      */
 } kvidx__words;
 
-typedef struct kvidx__mtab { /* a map's table; entries follow the header */
-  uint64_t mask, bytes;
+typedef struct kvidx__mtab { /* a map's table: this header and its entries */
+  uint64_t mask, bytes;         /* bytes: of the entries                      */
+  KVIDX__A(uint64_t) *words;    /* the entries, an allocation of their own so
+                                   a table of 2^k places fills a size class  */
   struct kvidx__mtab *retired;
 } kvidx__mtab;
 
@@ -833,6 +843,8 @@ typedef struct {
   kvidx__mtab *next;         /* the next table, being zeroed ahead of use   */
   uint64_t zeroed;           /* next: entry bytes zeroed so far             */
   uint32_t ew, kw, occ, n;   /* n: entries in both tables                   */
+  uint64_t most;             /* entries it can ever hold (0: no bound): a
+                                reservation never asks for more            */
   int shared;
 } kvidx__map;
 
@@ -932,6 +944,7 @@ struct kvidx {
   uint64_t seed;               /* keys every map's hash                    */
   uint32_t max_workers, jump, hw; /* hw: words per holder entry (2 with tiers) */
   uint32_t hdev;               /* the device bits' word in a holding          */
+  unsigned chunk_top;          /* class of the largest word chunk it asks for */
   size_t max_blocks, max_entries, blocks, entries;
   /* worker slots */
   kvidx__slot *slots;
@@ -1192,8 +1205,12 @@ KVIDX__PRIV void kvidx__words_copy(kvidx *ix, uint32_t to, uint32_t from, uint32
   for (i = 0; i < n; i++) kvidx__st(&d[i], kvidx__ld(&f[i]));
 }
 
+/* Room past the bump mark for `need` words of new chunks plus the largest
+ * chunk this index asks for (a run's locals or a holder list of every
+ * worker): not the largest class there is, which in a small caller buffer
+ * would be most of the buffer. */
 KVIDX__PRIV int kvidx__words_reserve(kvidx *ix, uint64_t need) {
-  return kvidx__grow_reserve(ix, &ix->words.g, ix->words.hw + need + (KVIDX__CAST(uint64_t, 1) << (KVIDX__WCLASSES - 1)));
+  return kvidx__grow_reserve(ix, &ix->words.g, ix->words.hw + need + (KVIDX__CAST(uint64_t, 1) << ix->chunk_top));
 }
 
 KVIDX__PRIV void kvidx__chunk_free(kvidx *ix, uint32_t at, unsigned c) {
@@ -1256,9 +1273,7 @@ KVIDX__PRIV uint32_t kvidx__chunk_alloc(kvidx *ix, unsigned c) {
 #define KVIDX__OLD 0x80000000u           /* a position in the table being drained       */
 #define KVIDX__MAP_SLOTS_MAX 0x40000000u /* so no position is KVIDX__NONE or has the bit */
 
-KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__mtab_words(const kvidx__mtab *t) {
-  return KVIDX__RCAST(KVIDX__A(uint64_t) *, KVIDX__UNC(kvidx__mtab *, t) + 1);
-}
+KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__mtab_words(const kvidx__mtab *t) { return t->words; }
 
 KVIDX__PRIV uint64_t kvidx__mix(uint64_t x) {
   x ^= x >> 33;
@@ -1284,14 +1299,20 @@ KVIDX__PRIV void kvidx__map_init(kvidx__map *m, uint32_t ew, uint32_t kw, uint32
   m->next = NULL;
   m->zeroed = 0;
   m->n = 0;
+  m->most = 0;
   m->ew = ew;
   m->kw = kw;
   m->occ = occ;
   m->shared = shared;
 }
 
-KVIDX__PRIV uint64_t kvidx__mtab_bytes(uint64_t slots, uint32_t ew) { /* 64-bit: checked before use */
-  return sizeof(kvidx__mtab) + slots * ew * sizeof(uint64_t);
+KVIDX__PRIV uint64_t kvidx__mtab_bytes(uint64_t slots, uint32_t ew) { /* entries; 64-bit: checked before use */
+  return slots * ew * sizeof(uint64_t);
+}
+
+KVIDX__PRIV void kvidx__mtab_free(kvidx *ix, kvidx__mtab *t) {
+  kvidx__free(ix, t->words, KVIDX__CAST(size_t, t->bytes));
+  kvidx__free(ix, t, sizeof *t);
 }
 
 /* The table a position is in, and the entry at it. */
@@ -1409,7 +1430,7 @@ KVIDX__PRIV void kvidx__map_retire(kvidx *ix, kvidx__map *m, kvidx__mtab *t) {
     t->retired = m->retired;
     m->retired = t;
   } else {
-    kvidx__free(ix, t, KVIDX__CAST(size_t, t->bytes));
+    kvidx__mtab_free(ix, t);
   }
 }
 
@@ -1476,7 +1497,7 @@ KVIDX__PRIV void kvidx__map_settle(kvidx *ix, kvidx__map *m) { kvidx__map_drain(
 /* Zero up to `budget` more bytes of the next table; 1 when it is all zero. */
 KVIDX__PRIV int kvidx__map_zero(kvidx__map *m, uint64_t budget) {
   kvidx__mtab *nt = m->next;
-  uint64_t all = nt->bytes - sizeof(kvidx__mtab), k = all - m->zeroed < budget ? all - m->zeroed : budget;
+  uint64_t all = nt->bytes, k = all - m->zeroed < budget ? all - m->zeroed : budget;
   memset(KVIDX__RCAST(unsigned char *, kvidx__mtab_words(nt)) + m->zeroed, 0, KVIDX__CAST(size_t, k));
   m->zeroed += k;
   return m->zeroed == all;
@@ -1498,11 +1519,23 @@ KVIDX__PRIV void kvidx__map_switch(kvidx *ix, kvidx__map *m, kvidx__mtab *nt, ui
   if (t) kvidx__map_drain(ix, m, step);
 }
 
+/* Places for `entries` at most 3/4 full: `from` doubled as often as needed. */
+KVIDX__PRIV uint64_t kvidx__map_slots_for(uint64_t entries, uint64_t from) {
+  while (entries * 4 > from * 3) from *= 2;
+  return from;
+}
+
 /* A table of `slots` places, not zeroed yet. */
 KVIDX__PRIV kvidx__mtab *kvidx__mtab_new(kvidx *ix, uint64_t slots, uint32_t ew, int zeroed) {
   size_t bytes = KVIDX__CAST(size_t, kvidx__mtab_bytes(slots, ew));
-  kvidx__mtab *t = KVIDX__CAST(kvidx__mtab *, zeroed ? kvidx__alloc_zeroed(ix, bytes) : kvidx__alloc(ix, bytes));
+  kvidx__mtab *t = KVIDX__CAST(kvidx__mtab *, kvidx__alloc(ix, sizeof(kvidx__mtab)));
+  void *w;
   if (!t) return NULL;
+  if (!(w = zeroed ? kvidx__alloc_zeroed(ix, bytes) : kvidx__alloc(ix, bytes))) {
+    kvidx__free(ix, t, sizeof *t);
+    return NULL;
+  }
+  t->words = KVIDX__CAST(KVIDX__A(uint64_t) *, w);
   t->mask = slots - 1;
   t->bytes = bytes;
   t->retired = NULL;
@@ -1515,10 +1548,14 @@ KVIDX__PRIV kvidx__mtab *kvidx__mtab_new(kvidx *ix, uint64_t slots, uint32_t ew,
  * the inserts while the old one drains (see above).  Small tables and a
  * reservation that outgrows all that are done at once; so is every growth
  * in caller-buffer mode, whose size bound counts one growing table at a
- * time (spread growth would keep many workers' tables doubled at once). */
+ * time (spread growth would keep many workers' tables doubled at once).
+ * There the shared maps never grow: kvidx_init_buffer makes them at their
+ * largest.  A reservation asks for no more than the map's bound (m->most):
+ * a store of n blocks reserves n, most of which are rarely new. */
 KVIDX__PRIV int kvidx__map_reserve(kvidx *ix, kvidx__map *m, uint64_t extra) {
   kvidx__mtab *t = kvidx__ld(&m->tab), *nt;
   uint64_t need = m->n + extra, slots = t ? t->mask + 1 : 0, ns, step = 16 * extra + KVIDX_TEST_DRAIN_STEP;
+  if (m->most && need > m->most) need = m->most; /* a store asks for n; far fewer can be new */
   if (kvidx__ld(&m->old)) kvidx__map_drain(ix, m, step);
   if (m->next && kvidx__map_zero(m, step * 32 * m->ew) && !kvidx__ld(&m->old)) {
     kvidx__map_switch(ix, m, m->next, step);
@@ -1537,8 +1574,7 @@ KVIDX__PRIV int kvidx__map_reserve(kvidx *ix, kvidx__map *m, uint64_t extra) {
     return KVIDX_OK;
   }
   if (need > KVIDX__ID_LIMIT) return KVIDX_EFULL;
-  ns = slots ? slots : 8;
-  while (need * 4 > ns * 3) ns *= 2;
+  ns = kvidx__map_slots_for(need, slots ? slots : 8);
   if (ns > KVIDX__MAP_SLOTS_MAX) return KVIDX_EFULL;
   if (kvidx__mtab_bytes(ns, m->ew) > KVIDX__SIZE_MAX) return kvidx__oom(ix); /* a 32-bit address space */
   kvidx__map_settle(ix, m); /* at most two tables at once */
@@ -1546,7 +1582,7 @@ KVIDX__PRIV int kvidx__map_reserve(kvidx *ix, kvidx__map *m, uint64_t extra) {
     kvidx__map_zero(m, ~KVIDX__CAST(uint64_t, 0));
     nt = m->next;
   } else {
-    if (m->next) kvidx__free(ix, m->next, KVIDX__CAST(size_t, m->next->bytes));
+    if (m->next) kvidx__mtab_free(ix, m->next);
     m->next = NULL;
     if ((nt = kvidx__mtab_new(ix, ns, m->ew, 1)) == NULL) return kvidx__oom(ix);
   }
@@ -1623,14 +1659,14 @@ KVIDX__PRIV void kvidx__map_move(kvidx__map *dst, kvidx__map *src) { /* src was 
 
 KVIDX__PRIV void kvidx__map_drop(kvidx *ix, kvidx__map *m) {
   kvidx__mtab *t = kvidx__ld(&m->tab), *o = kvidx__ld(&m->old);
-  if (t) kvidx__free(ix, t, KVIDX__CAST(size_t, t->bytes));
-  if (o) kvidx__free(ix, o, KVIDX__CAST(size_t, o->bytes));
-  if (m->next) kvidx__free(ix, m->next, KVIDX__CAST(size_t, m->next->bytes));
+  if (t) kvidx__mtab_free(ix, t);
+  if (o) kvidx__mtab_free(ix, o);
+  if (m->next) kvidx__mtab_free(ix, m->next);
   m->next = NULL;
   while (m->retired) {
     kvidx__mtab *r = m->retired;
     m->retired = r->retired;
-    kvidx__free(ix, r, KVIDX__CAST(size_t, r->bytes));
+    kvidx__mtab_free(ix, r);
   }
   kvidx__st(&m->tab, KVIDX__CAST(kvidx__mtab *, NULL));
   kvidx__st(&m->old, KVIDX__CAST(kvidx__mtab *, NULL));
@@ -3045,6 +3081,9 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
 /* ========================================================================== */
 /* 8. Public API: lifecycle, events, stats, invariant checker                */
 /* ========================================================================== */
+/* Entries the multi map can need: each is a position held under >= 2 seqs. */
+#define KVIDX__MULTI_MAX(blocks) ((blocks) / 2 + 1)
+
 typedef struct {
   uint32_t max_workers, jump;
   size_t max_blocks, max_entries, fixed, total, arena;
@@ -3058,13 +3097,19 @@ KVIDX__PRIV uint64_t kvidx__cls_bytes(uint64_t n) { /* 64-bit: a plan's sums mus
   return size;
 }
 
-/* A map of up to `entries`: its table at the largest size a store's
- * reservation can ask for, the one before it while it grows, and room for
- * the free lists' leftovers (classes are never split or merged). */
+/* A map of up to `entries` whose table is made at that size when the index
+ * is (the shared maps in caller-buffer mode): one table, never grown. */
+KVIDX__PRIV uint64_t kvidx__map_fixed(uint64_t entries, uint32_t ew) {
+  return kvidx__cls_bytes(sizeof(kvidx__mtab)) + kvidx__cls_bytes(kvidx__mtab_bytes(kvidx__map_slots_for(entries, 8), ew));
+}
+
+/* A map of up to `entries` that grows on demand (a worker's seq table): its
+ * table at the largest size a store's reservation can ask for, the one
+ * before it while it grows, and room for the free lists' leftovers (classes
+ * are never split or merged). */
 KVIDX__PRIV uint64_t kvidx__map_worst(uint64_t entries, uint32_t ew) {
-  uint64_t slots = 8;
-  while (entries * 4 > slots * 3) slots *= 2;
-  return 2 * kvidx__cls_bytes(kvidx__mtab_bytes(slots, ew)) +
+  uint64_t slots = kvidx__map_slots_for(entries, 8);
+  return 3 * kvidx__cls_bytes(sizeof(kvidx__mtab)) + 2 * kvidx__cls_bytes(kvidx__mtab_bytes(slots, ew)) +
          kvidx__cls_bytes(kvidx__mtab_bytes(slots / 2, ew));
 }
 
@@ -3103,8 +3148,8 @@ KVIDX__PRIV int kvidx__plan_cfg(const kvidx_config *cfg, int buffer, kvidx__plan
     pl->runs_shift = kvidx__class_of(E + 2);
     a = kvidx__cls_bytes((KVIDX__CAST(uint64_t, 1) << pl->words_shift) * 8) +
         kvidx__cls_bytes((KVIDX__CAST(uint64_t, 1) << pl->runs_shift) * sizeof(kvidx__run)) +
-        kvidx__map_worst(E, 3) + kvidx__map_worst(B, hw + 3) + kvidx__map_worst(B / 2 + 1, 3) +
-        kvidx__map_worst(pl->max_workers, 3) + 2 * kvidx__map_worst(B + 8, ew) +
+        kvidx__map_fixed(E, 3) + kvidx__map_fixed(B, hw + 3) + kvidx__map_fixed(KVIDX__MULTI_MAX(B), 3) +
+        kvidx__map_fixed(pl->max_workers, 3) + 2 * kvidx__map_worst(B + 8, ew) +
         KVIDX__CAST(uint64_t, pl->max_workers) * 512 + kvidx__cls_bytes(B / 8 + 8) +
         (cfg->evict ? 2 * kvidx__cls_bytes((2 * B + 128) * sizeof(kvidx__victim)) : 0) + 65536;
     if (a > (~KVIDX__CAST(size_t, 0) >> 2)) return KVIDX_EINVAL; /* does not fit this address space */
@@ -3143,6 +3188,7 @@ KVIDX__PRIV kvidx *kvidx__setup(const kvidx_config *cfg, const kvidx__plan *pl, 
   ix->defer_free = !buffer && (cfg->flags & KVIDX_F_DEFER_FREE) != 0;
   ix->hw = ix->tiers_on ? 2u : 1u;
   ix->hdev = ix->tiers_on ? 4u : KVIDX__CAST(uint32_t, KVIDX__H_HELD);
+  ix->chunk_top = kvidx__class_of(pl->max_workers * ix->hw > KVIDX__RUN_MAX ? pl->max_workers * ix->hw : KVIDX__RUN_MAX);
   ix->evict_target = pl->max_blocks * (cfg->evict_target_pct ? cfg->evict_target_pct : 80) / 100;
   ix->seed = kvidx__pick_seed(cfg, ix);
   mem += kvidx__align(sizeof(kvidx));
@@ -3165,6 +3211,12 @@ KVIDX__PRIV kvidx *kvidx__setup(const kvidx_config *cfg, const kvidx__plan *pl, 
   kvidx__map_init(&ix->children, 3, 2, 0, 1);
   kvidx__map_init(&ix->holds, ix->tiers_on ? 5u : 4u, 1, 0, 0);
   kvidx__map_init(&ix->multi, 3, 2, 0, 0);
+  /* what bounds each shared map: a run has >= 1 entry, a holding (worker,
+   * run) >= 1 held block, a multi position >= 2 */
+  ix->children.most = pl->max_entries;
+  ix->holds.most = pl->max_blocks;
+  ix->multi.most = KVIDX__MULTI_MAX(pl->max_blocks);
+  ix->slot_map.most = pl->max_workers;
   if (buffer) {
     ix->arena.next = mem;
     ix->arena.end = mem + pl->arena;
@@ -3179,6 +3231,7 @@ KVIDX_DEF size_t kvidx_buffer_size(const kvidx_config *cfg) {
 
 KVIDX_DEF int kvidx_init_buffer(kvidx **out, const kvidx_config *cfg, void *mem, size_t len) {
   kvidx__plan pl;
+  kvidx *ix;
   unsigned char *m;
   size_t adj;
   int rc;
@@ -3188,8 +3241,17 @@ KVIDX_DEF int kvidx_init_buffer(kvidx **out, const kvidx_config *cfg, void *mem,
   adj = (64 - (KVIDX__CAST(size_t, KVIDX__RCAST(uintptr_t, mem)) & 63)) & 63;
   if (len < pl.total + 64) return KVIDX_EINVAL;
   m = KVIDX__CAST(unsigned char *, mem) + adj;
-  *out = kvidx__setup(cfg, &pl, m, 1);
-  (*out)->bytes = (*out)->peak = (*out)->buf_len = len;
+  ix = kvidx__setup(cfg, &pl, m, 1);
+  ix->bytes = ix->peak = ix->buf_len = len;
+  /* The shared maps at their largest now (kvidx__plan_cfg counts one table
+   * each): growing one at once would need its old table beside it. */
+  if ((rc = kvidx__map_reserve(ix, &ix->children, pl.max_entries < pl.max_blocks ? pl.max_entries : pl.max_blocks)) !=
+          KVIDX_OK ||
+      (rc = kvidx__map_reserve(ix, &ix->holds, pl.max_blocks)) != KVIDX_OK ||
+      (rc = kvidx__map_reserve(ix, &ix->multi, KVIDX__MULTI_MAX(pl.max_blocks))) != KVIDX_OK ||
+      (rc = kvidx__map_reserve(ix, &ix->slot_map, pl.max_workers)) != KVIDX_OK)
+    return rc; /* the plan is short: a bug (nothing to free, the buffer is the caller's) */
+  *out = ix;
   return KVIDX_OK;
 }
 

@@ -997,6 +997,7 @@ int main(int argc, char **argv) {
   test_vectors(argc > 1 ? argv[1] : "tests/dynamo_hash_vectors.json");
   test_config();
   CHECK_EQ(t_grow_layout(), 0);
+  CHECK_EQ(t_buffer_fixed_maps(), 0);
   for (k = 0; k < 3; k++) {
     for (j = 0; j < 4; j++) {
       test_semantics(KINDS[k], jumps[j]);

@@ -74,3 +74,85 @@ int t_grow_layout(void) {
   kvidx_destroy(ix);
   return fails;
 }
+
+/* Caller-buffer mode makes the shared maps (child map, holdings, multi,
+ * worker slots) at their largest in kvidx_init_buffer and kvidx_buffer_size
+ * counts one table each: a churning workload filled to capacity, again and
+ * again, must never grow or retire one (a growth would need its old table
+ * beside it, which the size bound no longer counts).  Also: the index
+ * reaches max_blocks holdings.  The number of failed checks. */
+int t_buffer_fixed_maps(void) {
+  static const struct {
+    size_t blocks;
+    uint32_t workers, flags;
+  } cfgs[] = {{64, 1, 0}, {300, 3, KVIDX_F_TIERS}, {2048, 8, 0}, {1000, 64, 0}};
+  int fails = 0;
+  size_t ci;
+  for (ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
+    kvidx_config cfg;
+    kvidx *ix;
+    kvidx__map *maps[4];
+    kvidx__mtab *tabs[4];
+    kvidx_block b[80];
+    uint64_t rng = 7 + ci, seqs[80], seqno = 1, held_max = 0;
+    size_t need, round, m, full = 0;
+    void *mem;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.kind = KVIDX_POSITIONAL;
+    cfg.max_blocks = cfgs[ci].blocks;
+    cfg.max_workers = cfgs[ci].workers;
+    cfg.flags = cfgs[ci].flags;
+    need = kvidx_buffer_size(&cfg);
+    if (!(mem = malloc(need)) || kvidx_init_buffer(&ix, &cfg, mem, need) != KVIDX_OK) {
+      free(mem);
+      fails++;
+      continue;
+    }
+    maps[0] = &ix->children, maps[1] = &ix->holds, maps[2] = &ix->multi, maps[3] = &ix->slot_map;
+    for (m = 0; m < 4; m++) {
+      tabs[m] = kvidx__ld(&maps[m]->tab);
+      fails += !tabs[m];
+    }
+    for (round = 0; round < 4000; round++) {
+      uint64_t w = t_below(&rng, cfg.max_workers), parent = 0;
+      uint32_t op = t_below(&rng, 10), n = 1 + t_below(&rng, 79), i;
+      kvidx_stats st;
+      int rc;
+      if (op < 7) { /* a prompt: a shared prefix of the few locals, then its own */
+        uint32_t shared = t_below(&rng, n + 1);
+        for (i = 0; i < n; i++) {
+          b[i].local = i < shared ? i + 1 : 1000 + t_rand(&rng) % 50;
+          b[i].seq = seqs[i] = seqno++;
+        }
+        rc = kvidx_store(ix, w, 0, NULL, b, n);
+        if (rc == KVIDX_EFULL) full++;
+        else fails += rc != KVIDX_OK;
+        if (rc == KVIDX_OK && n > 1 && t_below(&rng, 2)) { /* a hole, and a duplicate under another seq */
+          i = 1 + t_below(&rng, n - 1);
+          fails += kvidx_remove(ix, w, 0, &seqs[i], 1) != KVIDX_OK;
+          parent = seqs[i - 1];
+          b[0].seq = seqno++;
+          rc = kvidx_store(ix, w, 0, &parent, b + i, 1);
+          fails += rc != KVIDX_OK && rc != KVIDX_EFULL;
+        }
+      } else if (op < 9) { /* evict the oldest half of a worker's seqs */
+        for (i = 0; i < 80 && i < seqno; i++) seqs[i] = seqno - 1 - t_below(&rng, 400 < seqno ? 400 : (uint32_t)seqno);
+        rc = kvidx_remove(ix, w, 0, seqs, 80);
+        fails += rc != KVIDX_OK && rc != KVIDX_ENOENT;
+      } else {
+        fails += kvidx_clear(ix, w, 0) != KVIDX_OK;
+      }
+      kvidx_get_stats(ix, &st);
+      if (st.blocks > held_max) held_max = st.blocks;
+      fails += st.blocks > cfg.max_blocks;
+    }
+    for (m = 0; m < 4; m++)
+      fails += kvidx__ld(&maps[m]->tab) != tabs[m] || kvidx__ld(&maps[m]->old) != NULL || maps[m]->retired != NULL ||
+               maps[m]->next != NULL || maps[m]->n * 4 > (tabs[m]->mask + 1) * 3;
+    fails += full == 0 || held_max + 80 < cfg.max_blocks; /* it filled up, to within one prompt */
+    fails += kvidx__check(ix) != 0;
+    kvidx_destroy(ix);
+    free(mem);
+  }
+  return fails;
+}
