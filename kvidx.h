@@ -52,6 +52,9 @@
  *   KVIDX_TEST_DRAIN_STEP test-only: places of a grown map's old table each
  *                         reservation drains at least (default 64; 1 keeps
  *                         growths in flight for long, for the tests).
+ *   KVIDX_TEST_SHRINK_MIN test-only: seq tables of at most this many places
+ *                         never shrink (default 64; 8 makes the tests'
+ *                         small workers shrink and regrow).
  *   Language: C11 or C++11 and later; C99 and compilers without
  *   <stdatomic.h> (tcc) only with KVIDX_NO_THREADS.  xxhash.h 0.8.0 or later
  *   (earlier XXH3 output differs).  Anything else stops at one #error.
@@ -157,11 +160,15 @@
  *   table's header is an allocation of its own, so 2^k places fill a class.
  *
  *   Memory: a held block costs its seq entry (16 bytes at a table load
- *   between 3/8 and 3/4: 21-43 bytes) plus its share of the run it sits in
- *   (8 bytes per block of locals, the run header and holder entries per run,
- *   not per block).  Run headers and word chunks live in grow-only arrays
- *   that grow in steps of at most a quarter of their new size.  Runs that
- *   nobody holds are freed as soon as nothing hangs below them.
+ *   between 3/8 and 3/4 while a worker gains blocks: 21-43 bytes) plus its
+ *   share of the run it sits in (8 bytes per block of locals, the run header
+ *   and holder entries per run, not per block).  A seq table under 1/8 full
+ *   (past 64 places) shrinks to at most 3/8, draining like a growth, so a
+ *   worker that let go of most of its blocks stops paying for its peak.
+ *   Run headers and word chunks live in grow-only arrays (readers may hold
+ *   any id: they never shrink) that grow in steps of at most a quarter of
+ *   their new size.  Runs that nobody holds are freed as soon as nothing
+ *   hangs below them.
  *
  *   Concurrency: readers copy one run at a time under its seqlock and probe
  *   the child map (its table, then the one draining), validated by the map's
@@ -220,7 +227,8 @@
  *          by kvidx_init_buffer, a table's entries fill a size class, the
  *          word pool's reserve is the largest chunk this index asks for:
  *          kvidx_buffer_size for 2,048 blocks x 8 workers 775 -> 461
- *          bytes per block (x86-64).
+ *          bytes per block (x86-64).  A worker's seq table shrinks when
+ *          under 1/8 full (it kept its peak size).
  *   0.1.0  first release: hashing, reference model, radix and positional
  *          indexes, caller-buffer mode, seqlock reader path, event ids,
  *          storage tiers, eviction policies and TTL mode, dumps and binary
@@ -584,6 +592,9 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
 #endif
 #ifndef KVIDX_TEST_DRAIN_STEP /* test-only: places a growing map drains per reservation, at least */
 #define KVIDX_TEST_DRAIN_STEP 64u
+#endif
+#ifndef KVIDX_TEST_SHRINK_MIN /* test-only: seq tables of this many places or fewer never shrink */
+#define KVIDX_TEST_SHRINK_MIN 64u
 #endif
 #if !defined(KVIDX_NO_MALLOC) && !defined(KVIDX_MALLOC)
 #define KVIDX_MALLOC(sz) malloc(sz)
@@ -1589,6 +1600,26 @@ KVIDX__PRIV int kvidx__map_reserve(kvidx *ix, kvidx__map *m, uint64_t extra) {
   m->next = NULL;
   kvidx__map_switch(ix, m, nt, ix->buffer_mode ? ~KVIDX__CAST(uint64_t, 0) : step);
   return KVIDX_OK;
+}
+
+/* Writer, after deletions from a map no reader probes (a worker's seq
+ * table): a drain under way goes on by `budget` places; a table at most
+ * 1/8 full is replaced by one at most 3/8 full (at least halved) that
+ * drains like a growth, so a worker that let go of most of its blocks
+ * stops paying for its peak.  No memory: the table stays, nothing fails. */
+KVIDX__PRIV void kvidx__map_tidy(kvidx *ix, kvidx__map *m, uint64_t budget) {
+  kvidx__mtab *t = kvidx__ld(&m->tab), *nt;
+  if (kvidx__ld(&m->old)) {
+    kvidx__map_drain(ix, m, budget);
+    return;
+  }
+  if (m->shared || !t || t->mask + 1 <= KVIDX_TEST_SHRINK_MIN || KVIDX__CAST(uint64_t, m->n) * 8 >= t->mask + 1) return;
+  if (m->next) { /* a growth being prepared: not needed now */
+    kvidx__mtab_free(ix, m->next);
+    m->next = NULL;
+  }
+  if ((nt = kvidx__mtab_new(ix, kvidx__map_slots_for(2 * KVIDX__CAST(uint64_t, m->n), 8), m->ew, 1)) != NULL)
+    kvidx__map_switch(ix, m, nt, ix->buffer_mode ? ~KVIDX__CAST(uint64_t, 0) : budget);
 }
 
 /* Insert an entry whose key is absent; room was reserved. */
@@ -2758,7 +2789,8 @@ KVIDX__PRIV int kvidx__ix_remove(kvidx *ix, uint64_t id, uint32_t rank, const ui
     }
   }
   kvidx__hcache_flush(ix, &hc);
-  if (s != KVIDX__NONE && !ix->slots[s].blocks) kvidx__slot_release(ix, s);
+  if (!ix->slots[s].blocks) kvidx__slot_release(ix, s);
+  else kvidx__map_tidy(ix, &ix->slots[s].seqs, 16 * KVIDX__CAST(uint64_t, n) + KVIDX_TEST_DRAIN_STEP);
   return unknown ? KVIDX_ENOENT : KVIDX_OK;
 }
 
@@ -2770,6 +2802,7 @@ KVIDX__PRIV size_t kvidx__ix_expire(kvidx *ix, uint64_t now) {
     kvidx__unhold(ix, s, kvidx__map_find(ix, &ix->slots[s].seqs, &ix->heap[0].seq));
     kvidx__heap_pop(ix);
     if (!ix->slots[s].blocks) kvidx__slot_release(ix, s);
+    else kvidx__map_tidy(ix, &ix->slots[s].seqs, 16 + KVIDX_TEST_DRAIN_STEP);
     n++;
   }
   return n;

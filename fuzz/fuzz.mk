@@ -41,13 +41,16 @@ $(FUZZ_DIR)/fuzz_vllm_decode_replay $(FUZZ_DIR)/fuzz_vllm_decode_fuzzer: \
 # tables): together about 4x more executions per second.
 fuzz_ops_COVFLAGS  := -fsanitize-coverage-ignorelist=fuzz/fuzz_ops.covignore -fno-sanitize-coverage=trace-cmp
 fuzz_snapshot_COVFLAGS := -fsanitize-coverage-ignorelist=fuzz/fuzz_snapshot.covignore
+# fuzz_ops: seq tables past 8 places shrink (64 by default), so the fuzzer's
+# small workers shrink and regrow their tables against the model
+fuzz_ops_DEFS      := -DKVIDX_TEST_SHRINK_MIN=8
 
 .PHONY: fuzz test-fuzz fuzz-replay fuzz-build fuzz-build-replay
 
 # gcc (or $(CC)) replay driver builds, ASan+UBSan
 $(FUZZ_DIR)/%_replay: fuzz/%.c fuzz/main.c fuzz/kvidx_impl.c $(FUZZ_HDRS) | deps
 	@mkdir -p $(FUZZ_DIR)
-	$(CC) $(CFLAGS_BASE) -O1 $(SAN) $(FUZZ_DEFS) -o $@ $($*_SRCS) fuzz/main.c $(PTHREAD)
+	$(CC) $(CFLAGS_BASE) -O1 $(SAN) $(FUZZ_DEFS) $($*_DEFS) -o $@ $($*_SRCS) fuzz/main.c $(PTHREAD)
 
 # libFuzzer builds.  -O2 (not -O1): the chain hashing in the oracles' queries
 # (XXH3 under ASan) and the model's scans dominate fuzz_ops; `-runs=0` over
@@ -56,7 +59,7 @@ $(FUZZ_DIR)/%_replay: fuzz/%.c fuzz/main.c fuzz/kvidx_impl.c $(FUZZ_HDRS) | deps
 FUZZ_OPT ?= -O2
 $(FUZZ_DIR)/%_fuzzer: fuzz/%.c fuzz/kvidx_impl.c $(FUZZ_HDRS) $(wildcard fuzz/*.covignore) | deps
 	@mkdir -p $(FUZZ_DIR)
-	$(CLANG) $(CFLAGS_BASE) $(FUZZ_OPT) $(FUZZ_SAN_FLAGS) $($*_COVFLAGS) $(FUZZ_DEFS) -o $@ $($*_SRCS) $(PTHREAD)
+	$(CLANG) $(CFLAGS_BASE) $(FUZZ_OPT) $(FUZZ_SAN_FLAGS) $($*_COVFLAGS) $(FUZZ_DEFS) $($*_DEFS) -o $@ $($*_SRCS) $(PTHREAD)
 
 fuzz-build-replay: $(addprefix $(FUZZ_DIR)/,$(addsuffix _replay,$(FUZZ_TARGETS)))
 fuzz-build: $(addprefix $(FUZZ_DIR)/,$(addsuffix _fuzzer,$(FUZZ_TARGETS)))

@@ -156,3 +156,83 @@ int t_buffer_fixed_maps(void) {
   }
   return fails;
 }
+
+/* A worker's seq table follows its holdings down as well as up: a worker
+ * that held 20,000 blocks and let go of all but 100 ends with a table of
+ * at most 512 places (2^k >= 8/3 of its entries), nothing left draining,
+ * and the same answers and removals as the reference on the way.  Before
+ * shrinking, the table kept its 32,768 places.  The number of failed
+ * checks. */
+int t_seq_shrink(void) {
+  enum { N = 20000, KEEP = 100, STEP = 50 };
+  kvidx_config cfg;
+  kvidx *ix, *ref;
+  kvidx__map *m;
+  kvidx_block b[STEP];
+  kvidx_score s1[4], s2[4];
+  uint64_t seqs[STEP], parent, q[N], peak_slots;
+  uint32_t i, j;
+  int fails = 0, tiers;
+  for (tiers = 0; tiers < 2; tiers++) {
+    memset(&cfg, 0, sizeof cfg);
+    cfg.kind = KVIDX_POSITIONAL;
+    cfg.flags = tiers ? KVIDX_F_TIERS : 0;
+    if (kvidx_create(&ix, &cfg) != KVIDX_OK) return fails + 1;
+    cfg.kind = KVIDX_REFERENCE;
+    if (kvidx_create(&ref, &cfg) != KVIDX_OK) {
+      kvidx_destroy(ix);
+      return fails + 1;
+    }
+    for (i = 0; i < N; i += STEP) {
+      for (j = 0; j < STEP; j++) {
+        b[j].local = q[i + j] = 1 + (i + j) % 7; /* a repeating path: locals collide, chains do not */
+        b[j].seq = 1000 + i + j;
+      }
+      parent = 1000 + i - 1;
+      fails += kvidx_store(ix, 5, 0, i ? &parent : NULL, b, STEP) != KVIDX_OK;
+      fails += kvidx_store(ref, 5, 0, i ? &parent : NULL, b, STEP) != KVIDX_OK;
+    }
+    m = &ix->slots[kvidx__slot_find(ix, 5, 0)].seqs;
+    peak_slots = kvidx__ld(&m->tab)->mask + 1;
+    for (i = N; i > KEEP; i -= STEP) { /* from the end: no hole in what stays */
+      for (j = 0; j < STEP; j++) seqs[j] = 1000 + i - STEP + j;
+      fails += kvidx_remove(ix, 5, 0, seqs, STEP) != kvidx_remove(ref, 5, 0, seqs, STEP);
+      if (i % 250 == 0) { /* stores and removals while a shrunk table drains */
+        kvidx_block side = {99, 900000};
+        uint64_t keep_end = 1000 + KEEP - 1, q2[KEEP + 1];
+        memcpy(q2, q, KEEP * sizeof q[0]);
+        q2[KEEP] = 99;
+        side.seq += i;
+        fails += kvidx_store(ix, 5, 0, &keep_end, &side, 1) != KVIDX_OK;
+        fails += kvidx_store(ref, 5, 0, &keep_end, &side, 1) != KVIDX_OK;
+        fails += kvidx_find_matches(ix, q2, KEEP + 1, s1, 4) != 1 || s1[0].depth != KEEP + 1;
+        if (i % 500 == 0) {
+          fails += kvidx_remove(ix, 5, 0, &side.seq, 1) != KVIDX_OK;
+          fails += kvidx_remove(ref, 5, 0, &side.seq, 1) != KVIDX_OK;
+        }
+      }
+      if (i % 1000 == 0) {
+        fails += kvidx_find_matches(ix, q, N, s1, 4) != kvidx_find_matches(ref, q, N, s2, 4) ||
+                 s1[0].depth != s2[0].depth;
+        fails += kvidx__check(ix) != 0;
+      }
+    }
+    for (j = 0; j < N; j += 250) { /* the side blocks stores at odd multiples of 250 left */
+      seqs[0] = 900000 + j;
+      kvidx_remove(ix, 5, 0, seqs, 1);
+      kvidx_remove(ref, 5, 0, seqs, 1);
+    }
+    /* a drain goes on in every later call of the worker's, even one that
+     * removes nothing (a few hundred with KVIDX_TEST_DRAIN_STEP=1) */
+    for (j = 0; j < 1000 && kvidx__ld(&m->old); j++) {
+      seqs[0] = 7;
+      fails += kvidx_remove(ix, 5, 0, seqs, 1) != KVIDX_ENOENT;
+    }
+    fails += peak_slots < 32768 || kvidx__ld(&m->tab)->mask + 1 > 512 || kvidx__ld(&m->old) != NULL || m->n != KEEP;
+    fails += kvidx_find_matches(ix, q, N, s1, 4) != 1 || s1[0].depth != KEEP;
+    fails += kvidx__check(ix) != 0;
+    kvidx_destroy(ix);
+    kvidx_destroy(ref);
+  }
+  return fails;
+}
