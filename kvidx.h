@@ -1536,7 +1536,7 @@ KVIDX__PRIV uint64_t kvidx__map_slots_for(uint64_t entries, uint64_t from) {
   return from;
 }
 
-/* A table of `slots` places, not zeroed yet. */
+/* A table of `slots` places, its entries zeroed if `zeroed`. */
 KVIDX__PRIV kvidx__mtab *kvidx__mtab_new(kvidx *ix, uint64_t slots, uint32_t ew, int zeroed) {
   size_t bytes = KVIDX__CAST(size_t, kvidx__mtab_bytes(slots, ew));
   kvidx__mtab *t = KVIDX__CAST(kvidx__mtab *, kvidx__alloc(ix, sizeof(kvidx__mtab)));
@@ -3120,6 +3120,8 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
 typedef struct {
   uint32_t max_workers, jump;
   size_t max_blocks, max_entries, fixed, total, arena;
+  uint64_t shared[4];  /* buffer mode: entries of the child map, holdings,
+                          multi and worker-slot map, made at init        */
   unsigned words_shift, runs_shift;
 } kvidx__plan;
 
@@ -3179,10 +3181,14 @@ KVIDX__PRIV int kvidx__plan_cfg(const kvidx_config *cfg, int buffer, kvidx__plan
     words = 3 * E + 3 * B * hw + 2 * (KVIDX__CAST(uint64_t, 1) << kvidx__class_of(pl->max_workers * hw + 1));
     pl->words_shift = kvidx__class_of(words);
     pl->runs_shift = kvidx__class_of(E + 2);
+    pl->shared[0] = E;
+    pl->shared[1] = B;
+    pl->shared[2] = KVIDX__MULTI_MAX(B);
+    pl->shared[3] = pl->max_workers;
     a = kvidx__cls_bytes((KVIDX__CAST(uint64_t, 1) << pl->words_shift) * 8) +
         kvidx__cls_bytes((KVIDX__CAST(uint64_t, 1) << pl->runs_shift) * sizeof(kvidx__run)) +
-        kvidx__map_fixed(E, 3) + kvidx__map_fixed(B, hw + 3) + kvidx__map_fixed(KVIDX__MULTI_MAX(B), 3) +
-        kvidx__map_fixed(pl->max_workers, 3) + 2 * kvidx__map_worst(B + 8, ew) +
+        kvidx__map_fixed(pl->shared[0], 3) + kvidx__map_fixed(pl->shared[1], hw + 3) +
+        kvidx__map_fixed(pl->shared[2], 3) + kvidx__map_fixed(pl->shared[3], 3) + 2 * kvidx__map_worst(B + 8, ew) +
         KVIDX__CAST(uint64_t, pl->max_workers) * 512 + kvidx__cls_bytes(B / 8 + 8) +
         (cfg->evict ? 2 * kvidx__cls_bytes((2 * B + 128) * sizeof(kvidx__victim)) : 0) + 65536;
     if (a > (~KVIDX__CAST(size_t, 0) >> 2)) return KVIDX_EINVAL; /* does not fit this address space */
@@ -3265,8 +3271,9 @@ KVIDX_DEF size_t kvidx_buffer_size(const kvidx_config *cfg) {
 KVIDX_DEF int kvidx_init_buffer(kvidx **out, const kvidx_config *cfg, void *mem, size_t len) {
   kvidx__plan pl;
   kvidx *ix;
+  kvidx__map *shared[4];
   unsigned char *m;
-  size_t adj;
+  size_t adj, i;
   int rc;
   if (!out || !mem) return KVIDX_EINVAL;
   *out = NULL;
@@ -3277,13 +3284,12 @@ KVIDX_DEF int kvidx_init_buffer(kvidx **out, const kvidx_config *cfg, void *mem,
   ix = kvidx__setup(cfg, &pl, m, 1);
   ix->bytes = ix->peak = ix->buf_len = len;
   /* The shared maps at their largest now (kvidx__plan_cfg counts one table
-   * each): growing one at once would need its old table beside it. */
-  if ((rc = kvidx__map_reserve(ix, &ix->children, pl.max_entries < pl.max_blocks ? pl.max_entries : pl.max_blocks)) !=
-          KVIDX_OK ||
-      (rc = kvidx__map_reserve(ix, &ix->holds, pl.max_blocks)) != KVIDX_OK ||
-      (rc = kvidx__map_reserve(ix, &ix->multi, KVIDX__MULTI_MAX(pl.max_blocks))) != KVIDX_OK ||
-      (rc = kvidx__map_reserve(ix, &ix->slot_map, pl.max_workers)) != KVIDX_OK)
-    return rc; /* the plan is short: a bug (nothing to free, the buffer is the caller's) */
+   * each, in this order): growing one at once would need its old table
+   * beside it. */
+  shared[0] = &ix->children, shared[1] = &ix->holds, shared[2] = &ix->multi, shared[3] = &ix->slot_map;
+  for (i = 0; i < 4; i++)
+    if ((rc = kvidx__map_reserve(ix, shared[i], pl.shared[i])) != KVIDX_OK)
+      return rc; /* the plan is short: a bug (nothing to free, the buffer is the caller's) */
   *out = ix;
   return KVIDX_OK;
 }
