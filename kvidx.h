@@ -167,8 +167,28 @@
  *   worker that let go of most of its blocks stops paying for its peak.
  *   Run headers and word chunks live in grow-only arrays (readers may hold
  *   any id: they never shrink) that grow in steps of at most a quarter of
- *   their new size.  Runs that nobody holds are freed as soon as nothing
- *   hangs below them.
+ *   their new size.
+ *
+ *   Detached runs: memory follows what is held, not the paths to it.  A run
+ *   nobody holds is freed once nothing hangs below it; one that still has
+ *   children (a worker holds blocks below a hole) leaves its place and
+ *   hangs below the detached root, keyed by its first block's chain hash,
+ *   which replaces that block's local; then the runs above it that only it
+ *   kept go:
+ *
+ *     before:  root -> A [unheld] -> B [unheld] -> C [held by w]
+ *     after:   detached root --(chain of B's first block)--> B -> C
+ *
+ *   Queries never look below the detached root (a query starts at the
+ *   real one).  A store that makes that chain's position again (the prefix
+ *   comes back) hangs B back there with everything below it, so no block
+ *   ever has two positions; a store that fails afterwards detaches it
+ *   again.  So every run nobody holds is at the top (a root or detached
+ *   run) and holds up only runs someone holds: at most as many runs as held
+ *   runs, each at most 64 positions.  Chains are computed from the runs
+ *   only on this path (stores and removals while detached runs exist), from
+ *   the top down.  A dump writes a detached run's first held block as a
+ *   Stored event with .detached set (snapshot format version 3).
  *
  *   Concurrency: readers copy one run at a time under its seqlock and probe
  *   the child map (its table, then the one draining), validated by the map's
@@ -228,7 +248,11 @@
  *          word pool's reserve is the largest chunk this index asks for:
  *          kvidx_buffer_size for 2,048 blocks x 8 workers 775 -> 461
  *          bytes per block (x86-64).  A worker's seq table shrinks when
- *          under 1/8 full (it kept its peak size).
+ *          under 1/8 full (it kept its peak size).  Runs nobody holds no
+ *          longer stay for the runs below them (a hole kept every ancestor
+ *          of a held block): they detach and hang back when the prefix
+ *          returns; kvidx_event.detached, snapshot format version 3
+ *          (versions 1 and 2 are read).
  *   0.1.0  first release: hashing, reference model, radix and positional
  *          indexes, caller-buffer mode, seqlock reader path, event ids,
  *          storage tiers, eviction policies and TTL mode, dumps and binary
@@ -473,6 +497,17 @@ typedef struct {
   uint64_t expires_at;       /* Stored, KVIDX_EVICT_EXPIRY: 0 = never        */
   uint64_t generation;       /* stream generation (publisher instance): a
                                 change means the engine restarted           */
+  int detached;              /* Stored, parent NULL only (else EINVAL):
+                                block 0 continues a prefix nobody holds any
+                                more and its local is that block's chain
+                                hash.  kvidx_dump writes these for blocks
+                                whose ancestors are gone (see "Detached
+                                runs" in the design comment; the reference
+                                kind stores it as a root block, which has
+                                the same chains).  Meant for replaying a
+                                dump: sent for a prefix the index holds, it
+                                makes a second position for that chain
+                                that queries never reach.  0 otherwise     */
 } kvidx_event;
 KVIDX_API int kvidx_apply(kvidx *ix, const kvidx_event *ev);
 /* Last event id seen for a worker: KVIDX_OK, or KVIDX_ENOENT if none. */
@@ -880,6 +915,7 @@ typedef struct {
                                  believes it only if it checks out            */
 } kvidx__run;
 #define KVIDX__NHOLD(word) ((word) & 0xFFFFu)
+#define KVIDX__DETACHED 64u /* parent offset of a detached run (see kvidx__run_detach) */
 
 /* A worker slot's identity, what readers load: 32 bytes, two to a cache
  * line, in an array of their own (the writer's per-slot state below
@@ -968,6 +1004,7 @@ struct kvidx {
   kvidx__words words;
   kvidx__grow runs;
   uint32_t run_free, runs_live, runs_hw; /* runs_hw: ids handed out so far */
+  uint32_t detached;           /* runs whose prefix nobody holds (below) */
   kvidx__map children;         /* (parent run + 1) << 8 | offset, local -> run */
   kvidx__map holds;            /* (slot << 32 | run): held, device, multi bits,
                                   holder index                               */
@@ -2096,6 +2133,26 @@ KVIDX__PRIV int kvidx__shared_reserve(kvidx *ix, size_t n) {
   return KVIDX_OK;
 }
 
+/* Run r, its child-map key just inserted, now hangs below (parent, poff):
+ * the parent's count and hint, or the count of detached runs. */
+KVIDX__PRIV void kvidx__run_hang(kvidx *ix, uint32_t r, uint32_t parent, uint32_t poff) {
+  if (parent != KVIDX__NONE) {
+    kvidx__run *pn = kvidx__run_at(ix, parent);
+    kvidx__kids_add(ix, parent, 1);
+    /* release: a reader that takes the hint finds r's record written (a
+     * fresh record's memory is not zeroed) */
+    if (poff + 1 == KVIDX__LEN(kvidx__ld(&pn->shape))) kvidx__st_rel(&pn->cont, r);
+  } else if (poff == KVIDX__DETACHED) {
+    ix->detached++;
+  }
+}
+
+/* ... and no longer hangs there (its child-map key is deleted). */
+KVIDX__PRIV void kvidx__run_unhang(kvidx *ix, uint32_t parent, uint32_t poff) {
+  if (parent != KVIDX__NONE) kvidx__kids_add(ix, parent, KVIDX__CAST(uint32_t, -1));
+  else if (poff == KVIDX__DETACHED) ix->detached--;
+}
+
 /* A new run below (parent, poff) starting with `local`, sized for `hint`
  * blocks; room was reserved. */
 KVIDX__PRIV uint32_t kvidx__run_new(kvidx *ix, uint32_t parent, uint32_t poff, uint64_t local, size_t hint) {
@@ -2126,13 +2183,7 @@ KVIDX__PRIV uint32_t kvidx__run_new(kvidx *ix, uint32_t parent, uint32_t poff, u
   e[2] = r;
   kvidx__map_insert(ix, &ix->children, e);
   KVIDX_TEST_HOOK(ix, 4); /* published, no holder yet */
-  if (parent != KVIDX__NONE) {
-    kvidx__run *pn = kvidx__run_at(ix, parent);
-    kvidx__kids_add(ix, parent, 1u);
-    /* release: a reader that takes the hint finds r's record written (a
-     * fresh record's memory is not zeroed) */
-    if (poff + 1 == KVIDX__LEN(kvidx__ld(&pn->shape))) kvidx__st_rel(&pn->cont, r);
-  }
+  kvidx__run_hang(ix, r, parent, poff);
   ix->runs_live++;
   ix->entries++;
   return r;
@@ -2161,13 +2212,100 @@ KVIDX__PRIV int kvidx__run_append(kvidx *ix, kvidx__run *rn, KVIDX__A(uint64_t) 
   return 1;
 }
 
-/* Free runs that nobody holds and nothing hangs below, walking up. */
+/* The chain hash of position (r, off): the path's locals folded from its
+ * top run down (the top is a root run or a detached one; either way its
+ * first local is its chain).  Writer, no allocation: the path is halved
+ * until a piece has at most 8 runs, O(d log d) header reads for d runs. */
+KVIDX__PRIV uint64_t kvidx__chain_at(const kvidx *ix, uint32_t r, uint32_t off) {
+  uint32_t todo[40][3], top = 0, runs = 0, x; /* (run, offset, runs) pieces, the top one next */
+  uint64_t c = 0;
+  int have = 0;
+  for (x = r; x != KVIDX__NONE; x = kvidx__ld(&kvidx__run_at(ix, x)->parent)) runs++;
+  todo[top][0] = r, todo[top][1] = off, todo[top++][2] = runs;
+  while (top) {
+    uint32_t pr = todo[--top][0], po = todo[top][1], pn = todo[top][2], i, o;
+    if (pn > 8) { /* the lower half waits below the upper one */
+      uint32_t a = pr, ao = po;
+      for (i = 0; i < pn / 2; i++) {
+        const kvidx__run *an = kvidx__run_at(ix, a);
+        ao = KVIDX__POFF(kvidx__ld(&an->shape));
+        a = kvidx__ld(&an->parent);
+      }
+      todo[top][0] = pr, todo[top][1] = po, todo[top++][2] = pn / 2;
+      todo[top][0] = a, todo[top][1] = ao, todo[top++][2] = pn - pn / 2;
+      continue;
+    }
+    {
+      uint32_t pieces[8], ends[8];
+      for (i = pn; i-- > 0;) {
+        const kvidx__run *pnr = kvidx__run_at(ix, pr);
+        pieces[i] = pr;
+        ends[i] = po;
+        po = KVIDX__POFF(kvidx__ld(&pnr->shape));
+        pr = kvidx__ld(&pnr->parent);
+      }
+      for (i = 0; i < pn; i++)
+        for (o = 0; o <= ends[i]; o++) {
+          uint64_t l = kvidx__local_at(ix, kvidx__run_at(ix, pieces[i]), o);
+          c = have ? kvidx_seq_hash_next(c, l) : l;
+          have = 1;
+        }
+    }
+  }
+  return c;
+}
+
+/* Hang run k below (p, off), first local `local`, instead of where it hangs
+ * now: detached (p NONE, off KVIDX__DETACHED, local its chain) or back below
+ * a rebuilt prefix.  Readers that meet it mid-move see a run that is not
+ * where they looked (a miss, retried or stable).  0 if the key is taken. */
+KVIDX__PRIV int kvidx__run_move(kvidx *ix, uint32_t k, uint32_t p, uint32_t off, uint64_t local) {
+  kvidx__run *kn = kvidx__run_at(ix, k);
+  uint32_t shape = kvidx__ld(&kn->shape), was = kvidx__ld(&kn->parent);
+  uint64_t e[3];
+  if (kvidx__child_find(ix, p, off, local) != KVIDX__NONE) return 0;
+  kvidx__child_key(e, was, KVIDX__POFF(shape), kvidx__local_at(ix, kn, 0));
+  kvidx__map_delete(ix, &ix->children, kvidx__map_find(ix, &ix->children, e));
+  kvidx__run_unhang(ix, was, KVIDX__POFF(shape));
+  kvidx__run_wbegin(kn);
+  KVIDX_TEST_HOOK(ix, 10); /* a run moving */
+  kvidx__st(&kn->parent, p);
+  kvidx__st(kvidx__word(ix, kvidx__ld(&kn->locals)), local);
+  kvidx__st(&kn->shape, KVIDX__SHAPE(KVIDX__LEN(shape), off, KVIDX__LCLS(shape), KVIDX__HCLS(shape)));
+  kvidx__run_wend(kn);
+  kvidx__child_key(e, p, off, local);
+  e[2] = k;
+  kvidx__map_insert(ix, &ix->children, e);
+  kvidx__run_hang(ix, k, p, off);
+  return 1;
+}
+
+/* Run r is held by nobody but has children (a worker holds blocks below a
+ * hole): it moves to the detached root, keyed by its first block's chain
+ * hash (a prefix's identity), which replaces its first local.  The runs
+ * above it that only it kept can then go: memory follows what is held, not
+ * the paths to it.  A store that makes that chain's position again hangs r
+ * back there with all below it (kvidx__advance): every prefix of r's
+ * blocks passes through that position.  0 if another detached run has the
+ * chain (a chain collision): r stays where it is. */
+KVIDX__PRIV int kvidx__run_detach(kvidx *ix, uint32_t r) {
+  return kvidx__run_move(ix, r, KVIDX__NONE, KVIDX__DETACHED, kvidx__chain_at(ix, r, 0));
+}
+
+/* Free runs that nobody holds, walking up.  One with children stays for
+ * them, detached unless it is at the top already (a root or detached run),
+ * so a run nobody holds is always at the top and holds up only held runs. */
 KVIDX__PRIV void kvidx__run_release(kvidx *ix, uint32_t r) {
   while (r != KVIDX__NONE) {
     kvidx__run *rn = kvidx__run_at(ix, r);
     uint32_t shape = kvidx__ld(&rn->shape), parent = kvidx__ld(&rn->parent);
     uint64_t key[2];
-    if (KVIDX__NHOLD(kvidx__ld(&rn->nhold)) || kvidx__ld(&rn->kids)) return;
+    if (KVIDX__NHOLD(kvidx__ld(&rn->nhold))) return;
+    if (kvidx__ld(&rn->kids)) {
+      if (parent == KVIDX__NONE || !kvidx__run_detach(ix, r)) return;
+      r = parent; /* one child fewer: maybe nothing keeps it now */
+      continue;
+    }
     kvidx__child_key(key, parent, KVIDX__POFF(shape), kvidx__local_at(ix, rn, 0));
     kvidx__map_delete(ix, &ix->children, kvidx__map_find(ix, &ix->children, key));
     kvidx__run_wbegin(rn);
@@ -2180,7 +2318,7 @@ KVIDX__PRIV void kvidx__run_release(kvidx *ix, uint32_t r) {
     ix->run_free = r;
     ix->runs_live--;
     ix->entries -= KVIDX__LEN(shape);
-    if (parent != KVIDX__NONE) kvidx__kids_add(ix, parent, ~0u);
+    kvidx__run_unhang(ix, parent, KVIDX__POFF(shape));
     r = parent;
   }
 }
@@ -2591,13 +2729,24 @@ KVIDX__PRIV void kvidx__cursor_at(const kvidx *ix, kvidx__cursor *c, uint32_t r,
   }
 }
 
-KVIDX__PRIV int kvidx__advance(kvidx *ix, kvidx__cursor *c, uint64_t local, size_t hint) {
+/* chain: the block's chain hash, when the index has detached runs (else 0):
+ * a position this store is about to make may be one of them; a detached run
+ * hung back there is added to rejoined[*nrejoined] (a rollback detaches it
+ * again). */
+KVIDX__PRIV int kvidx__advance(kvidx *ix, kvidx__cursor *c, uint64_t local, size_t hint, uint64_t chain,
+                               uint32_t *rejoined, size_t *nrejoined) {
   uint32_t ch;
   if (c->off + 1 < c->len && kvidx__ld(&c->lw[c->off + 1]) == local) {
     c->off++;
     return KVIDX_OK;
   }
   if (c->kids && (ch = kvidx__child_find(ix, c->r, c->off, local)) != KVIDX__NONE) {
+    kvidx__cursor_at(ix, c, ch, 0);
+    return KVIDX_OK;
+  }
+  if (ix->detached && (ch = kvidx__child_find(ix, KVIDX__NONE, KVIDX__DETACHED, chain)) != KVIDX__NONE &&
+      kvidx__run_move(ix, ch, c->r, c->off, local)) { /* the prefix is back: so is what hung below it */
+    rejoined[(*nrejoined)++] = ch;
     kvidx__cursor_at(ix, c, ch, 0);
     return KVIDX_OK;
   }
@@ -2640,8 +2789,10 @@ KVIDX__PRIV size_t kvidx__fresh_seqs(kvidx *ix, uint32_t s, const kvidx_block *b
   return fresh;
 }
 
+/* detached: block 0 continues a prefix nobody holds; its local is its chain
+ * (a dump's record of a detached run, kvidx_event.detached). */
 KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uint64_t *parent, const kvidx_block *b,
-                                size_t n, int tier, uint64_t expires) {
+                                size_t n, int tier, uint64_t expires, int detached) {
   uint32_t s = kvidx__slot_find(ix, id, rank), r = KVIDX__NONE, off = 0, tbit = 1u << tier;
   kvidx__cursor cur;
   uint64_t stamp = ++ix->stamp;
@@ -2649,8 +2800,11 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
   kvidx__hcache hc;
   kvidx__map spare;
   uint64_t homes[KVIDX__AHEAD]; /* seq hashes of the next blocks, computed once */
+  uint64_t chain = 0;           /* the cursor's chain hash, if track */
+  uint32_t rejoined_small[16], *rejoined = rejoined_small; /* detached runs this call hangs back */
+  size_t nrejoined = 0, rejoin_cap = 0;
   size_t i, lim = ix->max_blocks < n ? 0 : ix->max_blocks - n;
-  int rc = KVIDX_OK, saw_held = 0;
+  int rc = KVIDX_OK, saw_held = 0, track;
   kvidx__slot *sl;
   if (parent) {
     uint32_t at = s == KVIDX__NONE ? KVIDX__NONE : kvidx__map_find(ix, &ix->slots[s].seqs, parent);
@@ -2698,8 +2852,20 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
     }
   }
   memset(added, 0, (n + 63) / 64 * 8);
+  /* each block hangs back at most one detached run, and none detach
+   * before the rollback: room for min(n, detached) */
+  rejoin_cap = ix->detached < n ? ix->detached : n;
+  if (rejoin_cap > 16 && !(rejoined = KVIDX__CAST(uint32_t *, kvidx__alloc(ix, rejoin_cap * 4)))) {
+    if (added != added_small) kvidx__free(ix, added, (n + 63) / 64 * 8);
+    if (!sl->blocks) kvidx__slot_release(ix, s);
+    return kvidx__oom(ix);
+  }
   hc.run = hc.at = KVIDX__NONE;
+  if (detached) off = KVIDX__DETACHED;
   kvidx__cursor_at(ix, &cur, r, off);
+  /* while detached runs exist (only this store can add one), a block's
+   * chain tells whether a position it makes is one of them */
+  if ((track = ix->detached || detached) && r != KVIDX__NONE) chain = kvidx__chain_at(ix, r, off);
   for (i = 0; i < n && i < KVIDX__AHEAD; i++)
     kvidx__map_prefetch(&sl->seqs, homes[i] = kvidx__key_hash(ix->seed, &b[i].seq, 1), 1);
   for (i = 0; i < n; i++) { /* pass 1: new blocks; held ones are left as they are */
@@ -2711,10 +2877,12 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
     if (at != KVIDX__NONE) { /* the run goes on from the held block */
       uint64_t pos = kvidx__ld(&kvidx__map_at(&sl->seqs, at)[1]);
       kvidx__cursor_at(ix, &cur, KVIDX__POS_RUN(pos), KVIDX__POS_OFF(pos));
+      if (track) chain = kvidx__chain_at(ix, cur.r, cur.off);
       saw_held = 1;
       continue;
     }
-    if ((rc = kvidx__advance(ix, &cur, b[i].local, n - i)) != KVIDX_OK ||
+    if (track) chain = cur.r == KVIDX__NONE ? b[i].local : kvidx_seq_hash_next(chain, b[i].local);
+    if ((rc = kvidx__advance(ix, &cur, b[i].local, n - i, chain, rejoined, &nrejoined)) != KVIDX_OK ||
         (rc = kvidx__position_add(ix, s, cur.r, cur.off, tier == KVIDX_TIER_DEVICE, &hc)) != KVIDX_OK) {
       kvidx__run_release(ix, cur.r); /* a run made for this block and left empty */
       break;
@@ -2731,13 +2899,20 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
     added[i >> 6] |= KVIDX__CAST(uint64_t, 1) << (i & 63);
   }
   kvidx__hcache_flush(ix, &hc);
-  if (rc != KVIDX_OK) { /* roll back: this call's seqs go again, newest first */
+  if (rc != KVIDX_OK) { /* roll back: runs hung back detach again, this call's seqs go, newest first */
+    while (nrejoined-- > 0) {
+      uint32_t k = rejoined[nrejoined];
+      if (kvidx__ld(&kvidx__run_at(ix, k)->parent) != KVIDX__NONE) /* (the failed block's may be already) */
+        kvidx__run_detach(ix, k); /* its old key, free again: no detach ran since */
+    }
     while (i-- > 0)
       if (added[i >> 6] >> (i & 63) & 1) kvidx__unhold(ix, s, kvidx__map_find(ix, &sl->seqs, &b[i].seq));
+    if (rejoined != rejoined_small) kvidx__free(ix, rejoined, rejoin_cap * 4);
     if (added != added_small) kvidx__free(ix, added, (n + 63) / 64 * 8);
     if (!sl->blocks) kvidx__slot_release(ix, s);
     return rc;
   }
+  if (rejoined != rejoined_small) kvidx__free(ix, rejoined, rejoin_cap * 4);
   if (added != added_small) kvidx__free(ix, added, (n + 63) / 64 * 8);
   for (i = 0; saw_held && i < n; i++) { /* pass 2, once nothing can fail: a held block */
     uint32_t at = kvidx__map_find(ix, &sl->seqs, &b[i].seq); /* gains the tier and a later expiry */
@@ -3350,13 +3525,13 @@ KVIDX_DEF void kvidx_destroy(kvidx *ix) {
 }
 
 KVIDX__PRIV int kvidx__store(kvidx *ix, uint64_t worker_id, uint32_t dp_rank, const uint64_t *parent_seq,
-                             const kvidx_block *b, size_t n, int tier, uint64_t expires) {
+                             const kvidx_block *b, size_t n, int tier, uint64_t expires, int detached) {
   int rc;
   if (!ix || (n && !b) || tier < KVIDX_TIER_DEVICE || tier > KVIDX_TIER_DISK) return KVIDX_EINVAL;
   if (tier != KVIDX_TIER_DEVICE && !ix->tiers_on) return KVIDX_ENOTSUP;
   if (ix->kind == KVIDX_REFERENCE) return kvidx__ref_store(ix, worker_id, dp_rank, parent_seq, b, n, tier, expires);
   kvidx__lock(ix);
-  rc = kvidx__ix_store(ix, worker_id, dp_rank, parent_seq, b, n, tier, expires);
+  rc = kvidx__ix_store(ix, worker_id, dp_rank, parent_seq, b, n, tier, expires, detached);
   kvidx__unlock(ix);
   return rc;
 }
@@ -3375,13 +3550,13 @@ KVIDX__PRIV int kvidx__remove(kvidx *ix, uint64_t worker_id, uint32_t dp_rank, c
 
 KVIDX_DEF int kvidx_store(kvidx *ix, uint64_t worker_id, uint32_t dp_rank, const uint64_t *parent_seq,
                           const kvidx_block *b, size_t n) {
-  return kvidx__store(ix, worker_id, dp_rank, parent_seq, b, n, KVIDX_TIER_DEVICE, 0);
+  return kvidx__store(ix, worker_id, dp_rank, parent_seq, b, n, KVIDX_TIER_DEVICE, 0, 0);
 }
 
 KVIDX_DEF int kvidx_store_ttl(kvidx *ix, uint64_t worker_id, uint32_t dp_rank, const uint64_t *parent_seq,
                               const kvidx_block *b, size_t n, uint64_t expires_at) {
   if (ix && ix->evict != KVIDX_EVICT_EXPIRY) return KVIDX_ENOTSUP;
-  return kvidx__store(ix, worker_id, dp_rank, parent_seq, b, n, KVIDX_TIER_DEVICE, expires_at);
+  return kvidx__store(ix, worker_id, dp_rank, parent_seq, b, n, KVIDX_TIER_DEVICE, expires_at, 0);
 }
 
 KVIDX_DEF int kvidx_remove(kvidx *ix, uint64_t worker_id, uint32_t dp_rank, const uint64_t *seq, size_t n) {
@@ -3463,7 +3638,7 @@ KVIDX__PRIV int kvidx__apply_op(kvidx *ix, const kvidx_event *ev) {
     return ref ? kvidx__ref_store(ix, ev->worker_id, ev->dp_rank, ev->parent, ev->blocks, ev->n, ev->tier,
                                   ev->expires_at)
                : kvidx__ix_store(ix, ev->worker_id, ev->dp_rank, ev->parent, ev->blocks, ev->n, ev->tier,
-                                 ev->expires_at);
+                                 ev->expires_at, ev->detached);
   case KVIDX_EV_REMOVED:
     return ref ? kvidx__ref_remove(ix, ev->worker_id, ev->dp_rank, ev->seqs, ev->n, ev->tier)
                : kvidx__ix_remove(ix, ev->worker_id, ev->dp_rank, ev->seqs, ev->n, ev->tier);
@@ -3483,6 +3658,7 @@ KVIDX_DEF int kvidx_apply(kvidx *ix, const kvidx_event *ev) {
   kvidx__evid *e;
   int rc, info = KVIDX_OK;
   if (!ix || !ev || ev->type < KVIDX_EV_STORED || ev->type > KVIDX_EV_CLEARED) return KVIDX_EINVAL;
+  if (ev->detached && (ev->type != KVIDX_EV_STORED || ev->parent)) return KVIDX_EINVAL;
   if (ev->type == KVIDX_EV_STORED &&
       ((ev->n && !ev->blocks) || ev->tier < KVIDX_TIER_DEVICE || ev->tier > KVIDX_TIER_DISK))
     return KVIDX_EINVAL;
@@ -3810,7 +3986,7 @@ KVIDX__PRIV int kvidx__check_runs(kvidx *ix) {
       pn = kvidx__run_at(ix, parent);
       KVIDX__CHK(KVIDX__POFF(shape) < KVIDX__LEN(kvidx__ld(&pn->shape)));
     } else {
-      KVIDX__CHK(KVIDX__POFF(shape) == 0);
+      KVIDX__CHK(KVIDX__POFF(shape) == 0 || KVIDX__POFF(shape) == KVIDX__DETACHED);
     }
     KVIDX__CHK(kvidx__ld(&rn->nhold) <= 0xFFFFu); /* no count left behind by a checker */
     KVIDX__CHK(kvidx__ld(&rn->nhold) || kvidx__ld(&rn->kids)); /* nobody holds it and nothing hangs below: freed */
@@ -3850,6 +4026,15 @@ KVIDX__PRIV int kvidx__check_runs(kvidx *ix) {
   }
   KVIDX__CHK(freed != KVIDX__NONE);
   KVIDX__CHK(holders == ix->holds.n && ix->children.n == live);
+  { /* detached runs: counted */
+    uint32_t det = 0;
+    for (r = 0; r < ix->runs_hw; r++) {
+      uint32_t shape = kvidx__ld(&kvidx__run_at(ix, r)->shape);
+      det += KVIDX__LEN(shape) && kvidx__ld(&kvidx__run_at(ix, r)->parent) == KVIDX__NONE &&
+             KVIDX__POFF(shape) == KVIDX__DETACHED;
+    }
+    KVIDX__CHK(det == ix->detached);
+  }
   return 0;
 }
 
@@ -4039,6 +4224,8 @@ KVIDX__PRIV int kvidx__dump_store(kvidx__dumper *d, uint64_t pl, uint64_t seq, i
   ev.blocks = &b;
   ev.n = 1;
   ev.expires_at = expires;
+  ev.detached = par == KVIDX__NONE && kvidx__ld(&kvidx__run_at(ix, KVIDX__CAST(uint32_t, pl >> 8))->parent) == KVIDX__NONE &&
+                KVIDX__POFF(kvidx__ld(&kvidx__run_at(ix, KVIDX__CAST(uint32_t, pl >> 8))->shape)) == KVIDX__DETACHED;
   return d->emit(d->ctx, &ev) ? KVIDX_EIO : KVIDX_OK;
 }
 
@@ -4143,16 +4330,20 @@ KVIDX_DEF int kvidx_dump(const kvidx *cix, kvidx_event_fn emit, void *ctx) {
 }
 
 /* ---- binary snapshot --------------------------------------------------------
- * records (48 bytes each, little endian), both versions:
+ * records (48 bytes each, little endian), every version:
  *   u8 type, u8 tier, u8 has_parent, u8 0, u32 dp_rank, u64 worker_id,
  *   u64 a, u64 b, u64 c, u64 d
- *   type 1 Stored block: a parent seq, b local, c seq, d expires_at
+ *   type 1 Stored block: a parent seq, b local, c seq, d expires_at;
+ *                        has_parent 1: a is its parent, 0: a root block,
+ *                        2 (version 3): a detached block (kvidx_event's
+ *                        detached; a is 0)
  *   type 2 Removed:      a seq (tier 255 = every copy)
  *   type 3 event id:     a last event id, b the stream's generation (read
  *                        back as is; not checked)
- * Version 2 (written): everything is verified before it is applied, and a
+ * Version 3 (written) is version 2 with detached blocks; version 2 is read.
+ * Version 2: everything is verified before it is applied, and a
  * stream of L bytes costs O(L) work and memory.
- *   header (48 bytes): "KVIDXSNP", u32 version = 2, u32 record size = 48,
+ *   header (48 bytes): "KVIDXSNP", u32 version = 2 (3), u32 record size = 48,
  *     u64 record count N, u64 stream length L = 48 + 48 N + 8 ceil(N / 64),
  *     u32 records per chunk = 64, u32 0, u64 XXH3-64 (seed 0) of the 40
  *     bytes before it
@@ -4170,7 +4361,7 @@ KVIDX_DEF int kvidx_dump(const kvidx *cix, kvidx_event_fn emit, void *ctx) {
  *   one single-block store, removal or event id (work and memory O(bytes
  *   read)), and a bad checksum at the end empties the target again.
  * Unknown types, flags or a short read fail the whole read. */
-#define KVIDX__SNAP_VERSION 2u
+#define KVIDX__SNAP_VERSION 3u
 #define KVIDX__SNAP_REC 48
 #define KVIDX__SNAP_HDR 48
 #define KVIDX__SNAP_CHUNK 64 /* records per checksummed chunk */
@@ -4242,7 +4433,7 @@ KVIDX__PRIV int kvidx__snap_emit(void *ctx, const kvidx_event *ev) {
   int rc;
   for (i = 0; i < ev->n; i++) {
     if (ev->type == KVIDX_EV_STORED)
-      rc = kvidx__snap_add(w, 1, ev->tier, ev->parent != NULL, ev->dp_rank, ev->worker_id, ev->parent ? *ev->parent : 0,
+      rc = kvidx__snap_add(w, 1, ev->tier, ev->detached ? 2 : ev->parent != NULL, ev->dp_rank, ev->worker_id, ev->parent ? *ev->parent : 0,
                            ev->blocks[i].local, ev->blocks[i].seq, ev->expires_at);
     else
       rc = kvidx__snap_add(w, 2, KVIDX_TIER_ALL, 0, ev->dp_rank, ev->worker_id, ev->seqs[i], 0, 0, 0);
@@ -4326,8 +4517,9 @@ KVIDX__PRIV size_t kvidx__read_full(kvidx_read_fn read, void *ctx, unsigned char
   return got;
 }
 
-/* Applies one record (types 1-3) of either version. */
-KVIDX__PRIV int kvidx__snap_apply(kvidx *ix, const unsigned char *r) {
+/* Applies one record (types 1-3) of any version (a detached store, r[2] 2,
+ * only from version 3). */
+KVIDX__PRIV int kvidx__snap_apply(kvidx *ix, const unsigned char *r, uint32_t version) {
   uint32_t rank = kvidx__get32(r + 4);
   uint64_t worker = kvidx__get64(r + 8), a = kvidx__get64(r + 16), b = kvidx__get64(r + 24),
            c = kvidx__get64(r + 32), d = kvidx__get64(r + 40);
@@ -4335,11 +4527,12 @@ KVIDX__PRIV int kvidx__snap_apply(kvidx *ix, const unsigned char *r) {
   if (r[3]) return KVIDX_ECORRUPT;
   if (r[0] == 1) {
     kvidx_block blk;
-    if (r[1] > KVIDX_TIER_DISK || r[2] > 1 || (!r[2] && a) || (d && ix->evict != KVIDX_EVICT_EXPIRY))
+    if (r[1] > KVIDX_TIER_DISK || r[2] > (version >= 3 ? 2 : 1) || (r[2] != 1 && a) ||
+        (d && ix->evict != KVIDX_EVICT_EXPIRY))
       return KVIDX_ECORRUPT;
     blk.local = b;
     blk.seq = c;
-    rc = kvidx__store(ix, worker, rank, r[2] ? &a : NULL, &blk, 1, r[1], d);
+    rc = kvidx__store(ix, worker, rank, r[2] == 1 ? &a : NULL, &blk, 1, r[1], d, r[2] == 2);
     if (rc == KVIDX_ENOPARENT) return KVIDX_ECORRUPT; /* parents come first in a sound snapshot */
     return rc;
   }
@@ -4381,12 +4574,13 @@ KVIDX__PRIV int kvidx__snap_read_v1(kvidx *ix, kvidx_read_fn read, void *ctx, co
     }
     XXH3_64bits_update(&st, r, sizeof r);
     count++;
-    if ((rc = kvidx__snap_apply(ix, r)) != KVIDX_OK) return rc;
+    if ((rc = kvidx__snap_apply(ix, r, 1)) != KVIDX_OK) return rc;
   }
 }
 
-/* Version 2: the header, then each chunk verified before it is applied. */
-KVIDX__PRIV int kvidx__snap_read_v2(kvidx *ix, kvidx_read_fn read, void *ctx, unsigned char *h) {
+/* Versions 2 and 3: the header, then each chunk verified before it is
+ * applied. */
+KVIDX__PRIV int kvidx__snap_read_v2(kvidx *ix, kvidx_read_fn read, void *ctx, unsigned char *h, uint32_t version) {
   unsigned char buf[KVIDX__SNAP_CHUNK * KVIDX__SNAP_REC + 8];
   uint64_t n, left, seed;
   if (kvidx__read_full(read, ctx, h + 24, KVIDX__SNAP_HDR - 24) != KVIDX__SNAP_HDR - 24) return KVIDX_ETRUNCATED;
@@ -4403,7 +4597,7 @@ KVIDX__PRIV int kvidx__snap_read_v2(kvidx *ix, kvidx_read_fn read, void *ctx, un
     seed = XXH3_64bits_withSeed(buf, len, seed);
     if (kvidx__get64(buf + len) != seed) return KVIDX_ECORRUPT;
     for (i = 0; i < k; i++)
-      if ((rc = kvidx__snap_apply(ix, buf + i * KVIDX__SNAP_REC)) != KVIDX_OK) return rc;
+      if ((rc = kvidx__snap_apply(ix, buf + i * KVIDX__SNAP_REC, version)) != KVIDX_OK) return rc;
     left -= k;
   }
   return KVIDX_OK;
@@ -4415,9 +4609,9 @@ KVIDX__PRIV int kvidx__snap_read_all(kvidx *ix, kvidx_read_fn read, void *ctx) {
   if (kvidx__read_full(read, ctx, h, 24) != 24) return KVIDX_ETRUNCATED;
   if (memcmp(h, "KVIDXSNP", 8)) return KVIDX_ECORRUPT;
   version = kvidx__get32(h + 8);
-  if (version != 1 && version != 2) return KVIDX_EVERSION;
+  if (version < 1 || version > 3) return KVIDX_EVERSION;
   if (kvidx__get32(h + 12) != KVIDX__SNAP_REC) return KVIDX_ECORRUPT;
-  return version == 1 ? kvidx__snap_read_v1(ix, read, ctx, h) : kvidx__snap_read_v2(ix, read, ctx, h);
+  return version == 1 ? kvidx__snap_read_v1(ix, read, ctx, h) : kvidx__snap_read_v2(ix, read, ctx, h, version);
 }
 
 KVIDX_DEF int kvidx_snapshot_read(kvidx *ix, kvidx_read_fn read, void *ctx) {

@@ -109,8 +109,8 @@ static void test_event_table_fills(void) {
   }
 }
 
-/* A version-2 stream with one record whose checksum is right but whose
- * content is not a valid record: refused, the target empty. */
+/* A stream (format version 2 or 3) with one record whose checksum is right
+ * but whose content is not a valid record: refused, the target empty. */
 static size_t rd(void *ctx, void *out, size_t len) {
   unsigned char **p = (unsigned char **)ctx;
   memcpy(out, *p, len);
@@ -121,7 +121,7 @@ static void le64(unsigned char *p, uint64_t v) {
   int i;
   for (i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
-static int read_one_record(int kind, const unsigned char *r48) {
+static int read_one_record_v(int kind, const unsigned char *r48, unsigned version) {
   unsigned char s[48 + 48 + 8], *p = s;
   kvidx_config c;
   kvidx *ix = NULL;
@@ -129,7 +129,7 @@ static int read_one_record(int kind, const unsigned char *r48) {
   int rc;
   memset(s, 0, sizeof s);
   memcpy(s, "KVIDXSNP", 8);
-  s[8] = 2;
+  s[8] = (unsigned char)version;
   s[12] = 48;
   le64(s + 16, 1);
   le64(s + 24, 48 + 48 + 8);
@@ -148,6 +148,7 @@ static int read_one_record(int kind, const unsigned char *r48) {
   kvidx_destroy(ix);
   return rc;
 }
+static int read_one_record(int kind, const unsigned char *r48) { return read_one_record_v(kind, r48, 2); }
 static void test_bad_records(void) {
   unsigned char r[48];
   int k;
@@ -173,6 +174,17 @@ static void test_bad_records(void) {
     r[24] = 0x11; /* local */
     r[32] = 0x11; /* seq */
     CHECK_EQ(read_one_record(k, r), KVIDX_OK);
+    CHECK_EQ(read_one_record_v(k, r, 3), KVIDX_OK);
+    r[2] = 2; /* a detached block: version 3 only */
+    CHECK_EQ(read_one_record(k, r), KVIDX_ECORRUPT);
+    CHECK_EQ(read_one_record_v(k, r, 3), KVIDX_OK);
+    r[2] = 3; /* no such parent kind */
+    CHECK_EQ(read_one_record_v(k, r, 3), KVIDX_ECORRUPT);
+    r[2] = 2; /* a detached block with a parent seq */
+    r[16] = 5;
+    CHECK_EQ(read_one_record_v(k, r, 3), KVIDX_ECORRUPT);
+    r[16] = 0;
+    r[2] = 0;
   }
 }
 

@@ -237,3 +237,221 @@ int t_seq_shrink(void) {
   }
   return fails;
 }
+
+/* ---- detached runs (the pinned-ancestor fix) -------------------------- */
+#define T_DET_N 4000u
+#define T_DET_STEP 50u
+#define TD(c)                                                                    \
+  do {                                                                           \
+    if (!(c)) {                                                                  \
+      fails++;                                                                   \
+      fprintf(stderr, "%s:%d: t_detached: %s\n", __FILE__, __LINE__, #c);        \
+    }                                                                            \
+  } while (0)
+
+static uint64_t t_det_local(uint32_t i) { return 0x1000u + (uint64_t)i * 7919u; }
+
+/* Worker w stores blocks [from, to) of the chain under seqs base + i, in
+ * stores of T_DET_STEP (or one store if step is 0); the first from the root
+ * when from is 0.  The first store's status. */
+static int t_det_store(kvidx *ix, uint64_t w, uint64_t base, uint32_t from, uint32_t to, uint32_t step) {
+  static kvidx_block b[T_DET_N];
+  uint32_t i, j, n;
+  int rc = KVIDX_OK, r;
+  for (i = from; i < to; i += n) {
+    uint64_t parent = base + i - 1;
+    n = step && to - i > step ? step : to - i;
+    for (j = 0; j < n; j++) b[j].local = t_det_local(i + j), b[j].seq = base + i + j;
+    r = kvidx_store(ix, w, 0, i ? &parent : NULL, b, n);
+    if (r != KVIDX_OK && rc == KVIDX_OK) rc = r;
+    if (r != KVIDX_OK) break;
+  }
+  return rc;
+}
+
+static int t_det_remove(kvidx *ix, uint64_t w, uint64_t base, uint32_t from, uint32_t to) {
+  static uint64_t s[T_DET_N];
+  uint32_t i;
+  for (i = from; i < to; i++) s[i - from] = base + i;
+  return kvidx_remove(ix, w, 0, s, to - from);
+}
+
+/* The index answers the full chain and three shorter queries as ref does. */
+static int t_det_same(const kvidx *ix, const kvidx *ref) {
+  static uint64_t q[T_DET_N];
+  kvidx_score a[8], b[8];
+  size_t na, nb, k, lens[4] = {T_DET_N, 2100, 1921, 10};
+  uint32_t i;
+  int fails = 0;
+  for (i = 0; i < T_DET_N; i++) q[i] = t_det_local(i);
+  for (k = 0; k < 4; k++) {
+    na = kvidx_find_matches(ix, q, lens[k], a, 8);
+    nb = kvidx_find_matches(ref, q, lens[k], b, 8);
+    TD(na == nb);
+    for (i = 0; i < na && i < nb && i < 8; i++)
+      TD(a[i].worker_id == b[i].worker_id && a[i].dp_rank == b[i].dp_rank && a[i].depth == b[i].depth);
+  }
+  TD(kvidx__check(ix) == 0);
+  return fails;
+}
+
+static size_t t_det_entries(const kvidx *ix) {
+  kvidx_stats st;
+  kvidx_get_stats(ix, &st);
+  return st.entries;
+}
+
+/* Worker 3 stores the whole chain in one call with room (test-only) for
+ * `room` new positions, past a detached run that hangs back: KVIDX_EFULL,
+ * and the index is as it was (holdings, positions, detached runs,
+ * answers). */
+static int t_det_failed_store(kvidx *ix, const kvidx *ref, size_t room) {
+  kvidx_stats st, st2;
+  size_t cap = ix->max_entries;
+  uint32_t det = ix->detached;
+  int fails = 0;
+  kvidx_get_stats(ix, &st);
+  ix->max_entries = st.entries + room;
+  TD(t_det_store(ix, 3, 2000000, 0, T_DET_N, 0) == KVIDX_EFULL);
+  ix->max_entries = cap;
+  kvidx_get_stats(ix, &st2);
+  TD(st2.blocks == st.blocks && st2.entries == st.entries && st2.workers == st.workers && ix->detached == det);
+  fails += t_det_same(ix, ref);
+  return fails;
+}
+
+/* A detached event (what a dump writes for a block whose ancestors are
+ * gone) starts a run that its worker holds: worker 2 holds blocks 2,000 to
+ * 2,099 that way.  A store of the whole chain that fails past it (room for
+ * 2,000 new positions; block 2,100 would be the next) detaches it again,
+ * held as it is; stores that succeed hang it back, and the answers are the
+ * reference's, where worker 2 stored the chain and removed its first 2,000
+ * blocks. */
+static int t_det_event(int kind) {
+  static uint64_t loc[T_DET_N], ch[T_DET_N];
+  static kvidx_block b[100];
+  kvidx_config cfg;
+  kvidx *ix, *ref;
+  kvidx_event ev;
+  uint32_t i;
+  int fails = 0;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.kind = KVIDX_REFERENCE;
+  if (kvidx_create(&ref, &cfg) != KVIDX_OK) return 1;
+  cfg.kind = kind;
+  if (kvidx_create(&ix, &cfg) != KVIDX_OK) return 1;
+  for (i = 0; i < T_DET_N; i++) loc[i] = t_det_local(i);
+  t_chains(loc, T_DET_N, ch);
+  for (i = 0; i < 100; i++) b[i].local = loc[2000 + i], b[i].seq = 500000 + 2000 + i;
+  b[0].local = ch[2000];
+  memset(&ev, 0, sizeof ev);
+  ev.event_id = 1;
+  ev.worker_id = 2;
+  ev.type = KVIDX_EV_STORED;
+  ev.blocks = b;
+  ev.n = 100;
+  ev.detached = 1;
+  TD(kvidx_apply(ix, &ev) == KVIDX_OK);
+  TD(ix->detached == 1 && t_det_entries(ix) == 100);
+  TD(t_det_store(ref, 2, 500000, 0, 2100, 0) == KVIDX_OK);
+  TD(t_det_remove(ref, 2, 500000, 0, 2000) == KVIDX_OK);
+  fails += t_det_same(ix, ref);
+  fails += t_det_failed_store(ix, ref, 2000);
+  TD(t_det_store(ix, 3, 2000000, 0, T_DET_N, T_DET_STEP) == KVIDX_OK);
+  TD(t_det_store(ref, 3, 2000000, 0, T_DET_N, T_DET_STEP) == KVIDX_OK);
+  TD(ix->detached == 0 && t_det_entries(ix) == T_DET_N);
+  fails += t_det_same(ix, ref);
+  TD(t_det_store(ix, 2, 500000, 0, 2000, T_DET_STEP) == KVIDX_OK);
+  TD(t_det_store(ref, 2, 500000, 0, 2000, T_DET_STEP) == KVIDX_OK);
+  fails += t_det_same(ix, ref);
+  ev.parent = &b[0].seq; /* detached: root blocks only */
+  TD(kvidx_apply(ix, &ev) == KVIDX_EINVAL);
+  kvidx_destroy(ix);
+  kvidx_destroy(ref);
+  return fails;
+}
+
+/* An entry with live children no longer stays alive once nobody holds it:
+ * worker 1 stores a 4,000-block chain, worker 2 the first 2,100 blocks of
+ * it; both drop their leading blocks (1 keeps the last 100, 2 the 100 from
+ * 2,000), and the index keeps a few runs around what they hold (it kept all
+ * 4,000 positions: the holes pinned every ancestor).  Then the prefix comes
+ * back (worker 3 from the root, then 1 and 2 again): the detached runs hang
+ * back where they were, with no second position for any block, and every
+ * answer is the reference's.  Also through a snapshot of the detached state,
+ * and a store that fails after hanging a run back leaves the index as it
+ * was.  Both kinds.  The number of failed checks. */
+int t_detached(void) {
+  static const int kinds[2] = {KVIDX_POSITIONAL, KVIDX_RADIX};
+  kvidx_config cfg;
+  kvidx *ix, *ref, *ix2;
+  kvidx_stats st, st2;
+  t_mem m;
+  int k, fails = 0;
+  for (k = 0; k < 2; k++) {
+    memset(&cfg, 0, sizeof cfg);
+    cfg.kind = KVIDX_REFERENCE;
+    if (kvidx_create(&ref, &cfg) != KVIDX_OK) return fails + 1;
+    cfg.kind = kinds[k];
+    if (kvidx_create(&ix, &cfg) != KVIDX_OK) return fails + 1;
+    TD(t_det_store(ix, 1, 1000, 0, T_DET_N, T_DET_STEP) == KVIDX_OK);
+    TD(t_det_store(ref, 1, 1000, 0, T_DET_N, T_DET_STEP) == KVIDX_OK);
+    TD(t_det_store(ix, 2, 500000, 0, 2100, 0) == KVIDX_OK);
+    TD(t_det_store(ref, 2, 500000, 0, 2100, 0) == KVIDX_OK);
+    TD(t_det_entries(ix) == T_DET_N);
+    TD(t_det_remove(ix, 2, 500000, 0, 2000) == KVIDX_OK);
+    TD(t_det_remove(ref, 2, 500000, 0, 2000) == KVIDX_OK);
+    TD(t_det_remove(ix, 1, 1000, 0, T_DET_N - 100) == KVIDX_OK);
+    TD(t_det_remove(ref, 1, 1000, 0, T_DET_N - 100) == KVIDX_OK);
+    fails += t_det_same(ix, ref);
+    kvidx_get_stats(ix, &st);
+    TD(st.blocks == 200);
+    /* 200 held blocks in at most 3 runs per worker, each with at most one
+     * run nobody holds above it: 12 runs of at most 64 positions */
+    TD(st.entries <= 12 * 64);
+    TD(ix->detached >= 1);
+
+    /* the detached state through a snapshot: same holdings, same runs */
+    memset(&m, 0, sizeof m);
+    m.fail_after = -1;
+    TD(kvidx_snapshot_write(ix, t_mem_write, &m) == KVIDX_OK);
+    cfg.kind = kinds[k];
+    if (kvidx_create(&ix2, &cfg) != KVIDX_OK) return fails + 1;
+    TD(kvidx_snapshot_read(ix2, t_mem_read, &m) == KVIDX_OK);
+    kvidx_get_stats(ix2, &st2);
+    TD(st2.blocks == 200 && st2.entries <= 12 * 64 && ix2->detached >= 1);
+    fails += t_det_same(ix2, ref);
+
+    /* a store that fails after hanging a run back (one nobody holds, here;
+     * t_det_event: one a worker holds) leaves the index as it was: 2,020
+     * new positions fit, the 1,920 before it and 100 past its end, where
+     * new runs start (ix's runs end at multiples of 64; a run that existed
+     * keeps what a failed store appended to it) */
+    fails += t_det_failed_store(ix, ref, 2020);
+    free(m.buf);
+
+    /* the prefix comes back: the detached runs hang back in place */
+    TD(t_det_store(ix, 3, 2000000, 0, T_DET_N, T_DET_STEP) == KVIDX_OK);
+    TD(t_det_store(ref, 3, 2000000, 0, T_DET_N, T_DET_STEP) == KVIDX_OK);
+    TD(t_det_store(ix2, 3, 2000000, 0, T_DET_N, T_DET_STEP) == KVIDX_OK);
+    TD(ix->detached == 0 && ix2->detached == 0);
+    TD(t_det_entries(ix) == T_DET_N);
+    TD(t_det_entries(ix2) == T_DET_N);
+    fails += t_det_same(ix, ref);
+    fails += t_det_same(ix2, ref);
+    TD(t_det_store(ix, 1, 1000, 0, T_DET_N - 100, T_DET_STEP) == KVIDX_OK); /* the holes fill */
+    TD(t_det_store(ref, 1, 1000, 0, T_DET_N - 100, T_DET_STEP) == KVIDX_OK);
+    TD(t_det_store(ix2, 1, 1000, 0, T_DET_N - 100, T_DET_STEP) == KVIDX_OK);
+    TD(t_det_remove(ix, 3, 2000000, 0, T_DET_N) == KVIDX_OK); /* and the one that filled them first goes */
+    TD(t_det_remove(ref, 3, 2000000, 0, T_DET_N) == KVIDX_OK);
+    TD(t_det_remove(ix2, 3, 2000000, 0, T_DET_N) == KVIDX_OK);
+    fails += t_det_same(ix, ref);
+    fails += t_det_same(ix2, ref);
+    TD(t_det_entries(ix) == T_DET_N && ix->detached == 0);
+    kvidx_destroy(ix2);
+    kvidx_destroy(ix);
+    kvidx_destroy(ref);
+    fails += t_det_event(kinds[k]);
+  }
+  return fails;
+}

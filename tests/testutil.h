@@ -46,6 +46,7 @@ void t_free(void *ctx, void *p, size_t n);
 int t_grow_layout(void); /* grow-only arrays' layout (test_impl.c): failed checks */
 int t_buffer_fixed_maps(void); /* caller-buffer shared maps never grow (test_impl.c): failed checks */
 int t_seq_shrink(void);        /* seq tables shrink with holdings (test_impl.c): failed checks */
+int t_detached(void);          /* holes do not pin their ancestors (test_impl.c): failed checks */
 
 /* A snapshot stream in memory: kvidx_snapshot_write / _read callbacks. */
 typedef struct {
