@@ -3990,6 +3990,10 @@ KVIDX__PRIV int kvidx__check_runs(kvidx *ix) {
     }
     KVIDX__CHK(kvidx__ld(&rn->nhold) <= 0xFFFFu); /* no count left behind by a checker */
     KVIDX__CHK(kvidx__ld(&rn->nhold) || kvidx__ld(&rn->kids)); /* nobody holds it and nothing hangs below: freed */
+    /* nobody holds it: at the top (root or detached), unless its chain was
+     * taken by another detached run (a chain collision) */
+    KVIDX__CHK(kvidx__ld(&rn->nhold) || kvidx__ld(&rn->parent) == KVIDX__NONE ||
+               kvidx__child_find(ix, KVIDX__NONE, KVIDX__DETACHED, kvidx__chain_at(ix, r, 0)) != KVIDX__NONE);
     KVIDX__CHK(kvidx__ld(&rn->nhold) == 0 || (KVIDX__HCLS(shape) != KVIDX__NOCLASS &&
                                                kvidx__ld(&rn->nhold) * ix->hw <= (1u << KVIDX__HCLS(shape))));
     for (j = 0; j < kvidx__ld(&rn->nhold); j++) { /* each entry has its holding */
