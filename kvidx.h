@@ -2703,19 +2703,65 @@ KVIDX__PRIV void kvidx__prune(kvidx *ix, size_t limit, uint32_t ps, const uint64
   }
 }
 
-/* Where block `local` goes after position (r, off) of worker s's store:
- * along the run, into a child run, appended to the run's end, or a new run. */
 /* A store's position, with what it needs of its run at hand: consecutive
  * blocks of one run look nothing up again. */
 typedef struct {
   uint32_t r, off, len, kids;
   kvidx__run *rn;         /* the run (NULL at the root) */
   KVIDX__A(uint64_t) *lw; /* its locals */
+  int made;               /* this store made the run (it is not in the undo log) */
+  int logged;             /* its growth is in the undo log since the cursor came */
 } kvidx__cursor;
+
+/* What a store changed in runs that were there before it, so that a failed
+ * store leaves them as they were: detached runs it hung back (room for
+ * min(n, detached), made before the loop) and runs it grew at their end,
+ * with their length before (8 inline, then doubled through the hooks). */
+typedef struct {
+  uint32_t *rejoined;
+  size_t nrejoined, rejoin_cap;
+  uint32_t *grown; /* (run, length before) pairs */
+  size_t ngrown, grown_cap;
+  uint32_t rejoined_small[16], grown_small[16];
+} kvidx__undo;
+
+KVIDX__PRIV int kvidx__undo_grown(kvidx *ix, kvidx__undo *u, uint32_t r, uint32_t len) {
+  if (u->ngrown == u->grown_cap) {
+    uint32_t *g = KVIDX__CAST(uint32_t *, kvidx__alloc(ix, u->grown_cap * 16));
+    if (!g) return 0;
+    memcpy(g, u->grown, u->ngrown * 8);
+    if (u->grown != u->grown_small) kvidx__free(ix, u->grown, u->grown_cap * 8);
+    u->grown = g;
+    u->grown_cap *= 2;
+  }
+  u->grown[2 * u->ngrown] = r;
+  u->grown[2 * u->ngrown + 1] = len;
+  u->ngrown++;
+  return 1;
+}
+
+KVIDX__PRIV void kvidx__undo_drop(kvidx *ix, kvidx__undo *u) {
+  if (u->rejoined != u->rejoined_small) kvidx__free(ix, u->rejoined, u->rejoin_cap * 4);
+  if (u->grown != u->grown_small) kvidx__free(ix, u->grown, u->grown_cap * 8);
+}
+
+/* A failed store's growth of run r taken back: it is `len` long again.
+ * The positions past len are this store's, nobody holds them any more and
+ * nothing hangs below them (the rollback let go of them first). */
+KVIDX__PRIV void kvidx__run_shorten(kvidx *ix, uint32_t r, uint32_t len) {
+  kvidx__run *rn = kvidx__run_at(ix, r);
+  uint32_t shape = kvidx__ld(&rn->shape), now = KVIDX__LEN(shape);
+  if (now <= len) return; /* freed (length 0), or already back */
+  kvidx__run_wbegin(rn);
+  kvidx__st(&rn->shape, KVIDX__SHAPE(len, KVIDX__POFF(shape), KVIDX__LCLS(shape), KVIDX__HCLS(shape)));
+  kvidx__run_wend(rn);
+  ix->entries -= now - len;
+}
 
 KVIDX__PRIV void kvidx__cursor_at(const kvidx *ix, kvidx__cursor *c, uint32_t r, uint32_t off) {
   c->r = r;
   c->off = off;
+  c->made = c->logged = 0;
   if (r == KVIDX__NONE) { /* the root: its children are root runs */
     c->len = 0;
     c->kids = 1;
@@ -2729,12 +2775,13 @@ KVIDX__PRIV void kvidx__cursor_at(const kvidx *ix, kvidx__cursor *c, uint32_t r,
   }
 }
 
-/* chain: the block's chain hash, when the index has detached runs (else 0):
- * a position this store is about to make may be one of them; a detached run
- * hung back there is added to rejoined[*nrejoined] (a rollback detaches it
- * again). */
+/* Where block `local` goes after the cursor's position: along the run, into
+ * a child run, a detached run hung back, appended to the run's end, or a
+ * new run.  chain: the block's chain hash, when the index has detached runs
+ * (else 0): a position this store is about to make may be one of them.
+ * Changes to runs that were there go into the undo log. */
 KVIDX__PRIV int kvidx__advance(kvidx *ix, kvidx__cursor *c, uint64_t local, size_t hint, uint64_t chain,
-                               uint32_t *rejoined, size_t *nrejoined) {
+                               kvidx__undo *u) {
   uint32_t ch;
   if (c->off + 1 < c->len && kvidx__ld(&c->lw[c->off + 1]) == local) {
     c->off++;
@@ -2746,13 +2793,17 @@ KVIDX__PRIV int kvidx__advance(kvidx *ix, kvidx__cursor *c, uint64_t local, size
   }
   if (ix->detached && (ch = kvidx__child_find(ix, KVIDX__NONE, KVIDX__DETACHED, chain)) != KVIDX__NONE &&
       kvidx__run_move(ix, ch, c->r, c->off, local)) { /* the prefix is back: so is what hung below it */
-    rejoined[(*nrejoined)++] = ch;
+    u->rejoined[u->nrejoined++] = ch;
     kvidx__cursor_at(ix, c, ch, 0);
     return KVIDX_OK;
   }
   if (ix->entries >= ix->max_entries) return KVIDX_EFULL;
   if (c->r != KVIDX__NONE && c->off + 1 == c->len && c->len < KVIDX__RUN_MAX) {
     /* the run's end: grow it in place (holders' cutoffs stay as they are) */
+    if (!c->made && !c->logged) {
+      if (!kvidx__undo_grown(ix, u, c->r, c->len)) return kvidx__oom(ix);
+      c->logged = 1;
+    }
     if (!kvidx__run_append(ix, c->rn, &c->lw, local)) return kvidx__oom(ix);
     c->len++;
     c->off++;
@@ -2760,6 +2811,7 @@ KVIDX__PRIV int kvidx__advance(kvidx *ix, kvidx__cursor *c, uint64_t local, size
   }
   if ((ch = kvidx__run_new(ix, c->r, c->off, local, hint)) == KVIDX__NONE) return kvidx__oom(ix);
   kvidx__cursor_at(ix, c, ch, 0);
+  c->made = 1;
   return KVIDX_OK;
 }
 
@@ -2801,8 +2853,7 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
   kvidx__map spare;
   uint64_t homes[KVIDX__AHEAD]; /* seq hashes of the next blocks, computed once */
   uint64_t chain = 0;           /* the cursor's chain hash, if track */
-  uint32_t rejoined_small[16], *rejoined = rejoined_small; /* detached runs this call hangs back */
-  size_t nrejoined = 0, rejoin_cap = 0;
+  kvidx__undo undo;
   size_t i, lim = ix->max_blocks < n ? 0 : ix->max_blocks - n;
   int rc = KVIDX_OK, saw_held = 0, track;
   kvidx__slot *sl;
@@ -2854,8 +2905,12 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
   memset(added, 0, (n + 63) / 64 * 8);
   /* each block hangs back at most one detached run, and none detach
    * before the rollback: room for min(n, detached) */
-  rejoin_cap = ix->detached < n ? ix->detached : n;
-  if (rejoin_cap > 16 && !(rejoined = KVIDX__CAST(uint32_t *, kvidx__alloc(ix, rejoin_cap * 4)))) {
+  undo.nrejoined = undo.ngrown = 0;
+  undo.rejoin_cap = ix->detached < n ? ix->detached : n;
+  undo.rejoined = undo.rejoined_small;
+  undo.grown = undo.grown_small;
+  undo.grown_cap = 8;
+  if (undo.rejoin_cap > 16 && !(undo.rejoined = KVIDX__CAST(uint32_t *, kvidx__alloc(ix, undo.rejoin_cap * 4)))) {
     if (added != added_small) kvidx__free(ix, added, (n + 63) / 64 * 8);
     if (!sl->blocks) kvidx__slot_release(ix, s);
     return kvidx__oom(ix);
@@ -2882,7 +2937,7 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
       continue;
     }
     if (track) chain = cur.r == KVIDX__NONE ? b[i].local : kvidx_seq_hash_next(chain, b[i].local);
-    if ((rc = kvidx__advance(ix, &cur, b[i].local, n - i, chain, rejoined, &nrejoined)) != KVIDX_OK ||
+    if ((rc = kvidx__advance(ix, &cur, b[i].local, n - i, chain, &undo)) != KVIDX_OK ||
         (rc = kvidx__position_add(ix, s, cur.r, cur.off, tier == KVIDX_TIER_DEVICE, &hc)) != KVIDX_OK) {
       kvidx__run_release(ix, cur.r); /* a run made for this block and left empty */
       break;
@@ -2899,20 +2954,22 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
     added[i >> 6] |= KVIDX__CAST(uint64_t, 1) << (i & 63);
   }
   kvidx__hcache_flush(ix, &hc);
-  if (rc != KVIDX_OK) { /* roll back: runs hung back detach again, this call's seqs go, newest first */
-    while (nrejoined-- > 0) {
-      uint32_t k = rejoined[nrejoined];
+  if (rc != KVIDX_OK) { /* roll back: runs hung back detach again, this call's seqs go (newest
+                          first), runs it grew get their length back */
+    while (undo.nrejoined-- > 0) {
+      uint32_t k = undo.rejoined[undo.nrejoined];
       if (kvidx__ld(&kvidx__run_at(ix, k)->parent) != KVIDX__NONE) /* (the failed block's may be already) */
         kvidx__run_detach(ix, k); /* its old key, free again: no detach ran since */
     }
     while (i-- > 0)
       if (added[i >> 6] >> (i & 63) & 1) kvidx__unhold(ix, s, kvidx__map_find(ix, &sl->seqs, &b[i].seq));
-    if (rejoined != rejoined_small) kvidx__free(ix, rejoined, rejoin_cap * 4);
+    while (undo.ngrown-- > 0) kvidx__run_shorten(ix, undo.grown[2 * undo.ngrown], undo.grown[2 * undo.ngrown + 1]);
+    kvidx__undo_drop(ix, &undo);
     if (added != added_small) kvidx__free(ix, added, (n + 63) / 64 * 8);
     if (!sl->blocks) kvidx__slot_release(ix, s);
     return rc;
   }
-  if (rejoined != rejoined_small) kvidx__free(ix, rejoined, rejoin_cap * 4);
+  kvidx__undo_drop(ix, &undo);
   if (added != added_small) kvidx__free(ix, added, (n + 63) / 64 * 8);
   for (i = 0; saw_held && i < n; i++) { /* pass 2, once nothing can fail: a held block */
     uint32_t at = kvidx__map_find(ix, &sl->seqs, &b[i].seq); /* gains the tier and a later expiry */

@@ -231,9 +231,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     switch (op.type) {
     case FZ_STORE: {
       int held_before = kvidx_worker_blocks(orc, op.wid, op.dp) != 0;
-      kvidx_stats os;
+      kvidx_stats os, before, after;
       kvidx_get_stats(orc, &os);
+      kvidx_get_stats(sub, &before);
       ss = fz_store(sub, &op);
+      kvidx_get_stats(sub, &after);
+      /* a refused store changed nothing, not even a run's length (with
+       * eviction a store that runs out of memory after its prune keeps the
+       * prune) */
+      if ((ss == KVIDX_EFULL || ss == KVIDX_ENOMEM) && !cfg.evict &&
+          (after.entries != before.entries || after.blocks != before.blocks || after.workers != before.workers))
+        FZ_FAIL("store returned %d but entries %zu -> %zu, blocks %zu -> %zu, workers %zu -> %zu", ss,
+                before.entries, after.entries, before.blocks, after.blocks, before.workers, after.workers);
       if (ss == KVIDX_EFULL && heap && cfg.max_blocks == 0 && cfg.max_entries == 0 &&
           (held_before || os.workers < cfg.max_workers))
         FZ_FAIL("store returned EFULL in heap mode without a block or entry cap (workers %zu of %u)",

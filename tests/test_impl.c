@@ -238,14 +238,14 @@ int t_seq_shrink(void) {
   return fails;
 }
 
-/* ---- detached runs (the pinned-ancestor fix) -------------------------- */
+/* ---- detached runs (the pinned-ancestor fix), failed stores ----------- */
 #define T_DET_N 4000u
 #define T_DET_STEP 50u
 #define TD(c)                                                                    \
   do {                                                                           \
     if (!(c)) {                                                                  \
       fails++;                                                                   \
-      fprintf(stderr, "%s:%d: t_detached: %s\n", __FILE__, __LINE__, #c);        \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, __func__, #c);      \
     }                                                                            \
   } while (0)
 
@@ -423,11 +423,13 @@ int t_detached(void) {
     fails += t_det_same(ix2, ref);
 
     /* a store that fails after hanging a run back (one nobody holds, here;
-     * t_det_event: one a worker holds) leaves the index as it was: 2,020
-     * new positions fit, the 1,920 before it and 100 past its end, where
-     * new runs start (ix's runs end at multiples of 64; a run that existed
-     * keeps what a failed store appended to it) */
+     * t_det_event: one a worker holds) leaves the index as it was: in ix,
+     * 2,020 new positions fit, the 1,920 before it and 100 past its end,
+     * where new runs start (ix's runs end at multiples of 64); in ix2 the
+     * store grows a run that was there (its last one ends at block 2,099)
+     * before it fails, and the run gets its length back */
     fails += t_det_failed_store(ix, ref, 2020);
+    fails += t_det_failed_store(ix2, ref, 2000);
     free(m.buf);
 
     /* the prefix comes back: the detached runs hang back in place */
@@ -452,6 +454,59 @@ int t_detached(void) {
     kvidx_destroy(ix);
     kvidx_destroy(ref);
     fails += t_det_event(kinds[k]);
+  }
+  return fails;
+}
+
+/* A store that grows runs that were there and then fails leaves them as
+ * long as they were: worker 1 holds a 10-block run and worker 2 a 40-block
+ * chain branching off its block 4; worker 1 stores 200 blocks after its
+ * block 9 with room (set here, test-only) for 100 new positions.  The run
+ * grows to 64, new runs follow, the 101st position is refused: EFULL, the
+ * same positions, blocks and answers as before (the run kept its 54 new
+ * positions before).  Again through a held block of worker 2's run (the
+ * store's cursor goes back into a run that was there and grows it).  Both
+ * kinds.  The number of failed checks. */
+int t_failed_store_shrinks(void) {
+  static const int kinds[2] = {KVIDX_POSITIONAL, KVIDX_RADIX};
+  kvidx_config cfg;
+  kvidx *ix, *ref;
+  kvidx_block b[200];
+  kvidx_stats st, st2;
+  uint64_t parent, q[210];
+  kvidx_score s1[4], s2[4];
+  uint32_t i;
+  int k, round, fails = 0;
+  for (k = 0; k < 2; k++) {
+    memset(&cfg, 0, sizeof cfg);
+    cfg.kind = KVIDX_REFERENCE;
+    if (kvidx_create(&ref, &cfg) != KVIDX_OK) return fails + 1;
+    cfg.kind = kinds[k];
+    if (kvidx_create(&ix, &cfg) != KVIDX_OK) return fails + 1;
+    for (i = 0; i < 10; i++) b[i].local = q[i] = 100 + i, b[i].seq = 1000 + i;
+    TD(kvidx_store(ix, 1, 0, NULL, b, 10) == KVIDX_OK && kvidx_store(ref, 1, 0, NULL, b, 10) == KVIDX_OK);
+    for (i = 0; i < 40; i++) b[i].local = i < 5 ? 100 + i : 900 + i, b[i].seq = 5000 + i;
+    TD(kvidx_store(ix, 2, 0, NULL, b, 40) == KVIDX_OK && kvidx_store(ref, 2, 0, NULL, b, 40) == KVIDX_OK);
+    for (round = 0; round < 2; round++) {
+      size_t cap = ix->max_entries;
+      kvidx_get_stats(ix, &st);
+      for (i = 0; i < 200; i++) b[i].local = q[10 + i > 209 ? 209 : 10 + i] = 300 + i, b[i].seq = 2000 + i;
+      if (round) { /* worker 2 goes on from its last block, then its held block 39 again */
+        b[0].seq = 5039;
+        b[0].local = 900 + 39;
+      }
+      parent = round ? 5038 : 1009;
+      ix->max_entries = st.entries + 100;
+      TD(kvidx_store(ix, round ? 2 : 1, 0, &parent, b, 200) == KVIDX_EFULL);
+      ix->max_entries = cap;
+      kvidx_get_stats(ix, &st2);
+      TD(st2.entries == st.entries && st2.blocks == st.blocks && st2.workers == st.workers);
+      TD(kvidx__check(ix) == 0);
+      TD(kvidx_find_matches(ix, q, 210, s1, 4) == kvidx_find_matches(ref, q, 210, s2, 4) &&
+         s1[0].depth == s2[0].depth && s1[0].worker_id == s2[0].worker_id);
+    }
+    kvidx_destroy(ix);
+    kvidx_destroy(ref);
   }
   return fails;
 }
