@@ -252,7 +252,8 @@
  *          longer stay for the runs below them (a hole kept every ancestor
  *          of a held block): they detach and hang back when the prefix
  *          returns; kvidx_event.detached, snapshot format version 3
- *          (versions 1 and 2 are read).
+ *          (versions 1 and 2 are read).  A refused store gives the runs
+ *          it grew their length back (it kept the positions it appended).
  *   0.1.0  first release: hashing, reference model, radix and positional
  *          indexes, caller-buffer mode, seqlock reader path, event ids,
  *          storage tiers, eviction policies and TTL mode, dumps and binary
