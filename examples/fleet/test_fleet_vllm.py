@@ -243,9 +243,16 @@ def main():
     p1.seq = 0
     e1.held.clear()
     run(100)
-    time.sleep(0.5)
-
-    last = stream_last()
+    # the bridge may still be catching up (its reconnect after the server
+    # restart takes a while on a loaded machine: once the replica compared
+    # before the engine restart's Cleared reached the stream): wait until the
+    # stream's last sequence has not moved for 1.5 s
+    last, still, t_end = stream_last(), 0, time.time() + 60
+    while still < 6 and time.time() < t_end:
+        time.sleep(0.25)
+        now = stream_last()
+        still = still + 1 if now == last else 0
+        last = now
     wait_for(lambda: field(rc.ask("STATUS"), "applied_seq") == last, f"replica at seq {last}", 20)
     st = rc.ask("STATUS")
     for k in ("gaps", "errors", "malformed", "dup_skipped"):
