@@ -251,6 +251,18 @@ int t_seq_shrink(void) {
 
 static uint64_t t_det_local(uint32_t i) { return 0x1000u + (uint64_t)i * 7919u; }
 
+/* A reference index and one of `kind`, default config: 0, or 1 (none made). */
+static int t_with_ref(int kind, kvidx **ix, kvidx **ref) {
+  kvidx_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.kind = KVIDX_REFERENCE;
+  if (kvidx_create(ref, &cfg) != KVIDX_OK) return 1;
+  cfg.kind = kind;
+  if (kvidx_create(ix, &cfg) == KVIDX_OK) return 0;
+  kvidx_destroy(*ref);
+  return 1;
+}
+
 /* Worker w stores blocks [from, to) of the chain under seqs base + i, in
  * stores of T_DET_STEP (or one store if step is 0); the first from the root
  * when from is 0.  The first store's status. */
@@ -330,16 +342,11 @@ static int t_det_failed_store(kvidx *ix, const kvidx *ref, size_t room) {
 static int t_det_event(int kind) {
   static uint64_t loc[T_DET_N], ch[T_DET_N];
   static kvidx_block b[100];
-  kvidx_config cfg;
   kvidx *ix, *ref;
   kvidx_event ev;
   uint32_t i;
   int fails = 0;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.kind = KVIDX_REFERENCE;
-  if (kvidx_create(&ref, &cfg) != KVIDX_OK) return 1;
-  cfg.kind = kind;
-  if (kvidx_create(&ix, &cfg) != KVIDX_OK) return 1;
+  if (t_with_ref(kind, &ix, &ref)) return 1;
   for (i = 0; i < T_DET_N; i++) loc[i] = t_det_local(i);
   t_chains(loc, T_DET_N, ch);
   for (i = 0; i < 100; i++) b[i].local = loc[2000 + i], b[i].seq = 500000 + 2000 + i;
@@ -388,12 +395,9 @@ int t_detached(void) {
   kvidx_stats st, st2;
   t_mem m;
   int k, fails = 0;
+  memset(&cfg, 0, sizeof cfg);
   for (k = 0; k < 2; k++) {
-    memset(&cfg, 0, sizeof cfg);
-    cfg.kind = KVIDX_REFERENCE;
-    if (kvidx_create(&ref, &cfg) != KVIDX_OK) return fails + 1;
-    cfg.kind = kinds[k];
-    if (kvidx_create(&ix, &cfg) != KVIDX_OK) return fails + 1;
+    if (t_with_ref(kinds[k], &ix, &ref)) return fails + 1;
     TD(t_det_store(ix, 1, 1000, 0, T_DET_N, T_DET_STEP) == KVIDX_OK);
     TD(t_det_store(ref, 1, 1000, 0, T_DET_N, T_DET_STEP) == KVIDX_OK);
     TD(t_det_store(ix, 2, 500000, 0, 2100, 0) == KVIDX_OK);
@@ -469,7 +473,6 @@ int t_detached(void) {
  * kinds.  The number of failed checks. */
 int t_failed_store_shrinks(void) {
   static const int kinds[2] = {KVIDX_POSITIONAL, KVIDX_RADIX};
-  kvidx_config cfg;
   kvidx *ix, *ref;
   kvidx_block b[200];
   kvidx_stats st, st2;
@@ -478,11 +481,7 @@ int t_failed_store_shrinks(void) {
   uint32_t i;
   int k, round, fails = 0;
   for (k = 0; k < 2; k++) {
-    memset(&cfg, 0, sizeof cfg);
-    cfg.kind = KVIDX_REFERENCE;
-    if (kvidx_create(&ref, &cfg) != KVIDX_OK) return fails + 1;
-    cfg.kind = kinds[k];
-    if (kvidx_create(&ix, &cfg) != KVIDX_OK) return fails + 1;
+    if (t_with_ref(kinds[k], &ix, &ref)) return fails + 1;
     for (i = 0; i < 10; i++) b[i].local = q[i] = 100 + i, b[i].seq = 1000 + i;
     TD(kvidx_store(ix, 1, 0, NULL, b, 10) == KVIDX_OK && kvidx_store(ref, 1, 0, NULL, b, 10) == KVIDX_OK);
     for (i = 0; i < 40; i++) b[i].local = i < 5 ? 100 + i : 900 + i, b[i].seq = 5000 + i;
