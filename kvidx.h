@@ -187,7 +187,10 @@
  *   run) and holds up only runs someone holds: at most as many runs as held
  *   runs, each at most 64 positions.  Chains are computed from the runs
  *   only on this path (stores and removals while detached runs exist), from
- *   the top down.  A dump writes a detached run's first held block as a
+ *   the nearest run whose first-block chain is known (a writer-only array
+ *   per run id keeps it: a run's chain names its position for its life)
+ *   down; a 1,024-cell counting filter of detached chains spares a store
+ *   the child-map probe for all but a few of its new positions.  A dump writes a detached run's first held block as a
  *   Stored event with .detached set (snapshot format version 3).
  *
  *   Concurrency: readers copy one run at a time under its seqlock and probe
@@ -917,6 +920,8 @@ typedef struct {
 } kvidx__run;
 #define KVIDX__NHOLD(word) ((word) & 0xFFFFu)
 #define KVIDX__DETACHED 64u /* parent offset of a detached run (see kvidx__run_detach) */
+#define KVIDX__DET_FILTER 1024u
+#define KVIDX__DET_SLOT(chain) KVIDX__CAST(uint32_t, (chain) >> 54)
 
 /* A worker slot's identity, what readers load: 32 bytes, two to a cache
  * line, in an array of their own (the writer's per-slot state below
@@ -1004,8 +1009,14 @@ struct kvidx {
   /* shared storage */
   kvidx__words words;
   kvidx__grow runs;
+  kvidx__grow chains;          /* per run id, writer-only: its first block's
+                                  chain hash once known, 0 if not (see
+                                  kvidx__chain_at)                          */
   uint32_t run_free, runs_live, runs_hw; /* runs_hw: ids handed out so far */
   uint32_t detached;           /* runs whose prefix nobody holds (below) */
+  unsigned char det_filter[KVIDX__DET_FILTER]; /* detached runs per chain >> 54,
+                                  saturating at 255 (then for good): a store
+                                  probes for one only where a count is set  */
   kvidx__map children;         /* (parent run + 1) << 8 | offset, local -> run */
   kvidx__map holds;            /* (slot << 32 | run): held, device, multi bits,
                                   holder index                               */
@@ -2129,14 +2140,16 @@ KVIDX__PRIV int kvidx__shared_reserve(kvidx *ix, size_t n) {
       (rc = kvidx__map_reserve(ix, &ix->holds, n)) != KVIDX_OK ||
       (rc = kvidx__map_reserve(ix, &ix->multi, n)) != KVIDX_OK ||
       (rc = kvidx__grow_reserve(ix, &ix->runs, KVIDX__CAST(uint64_t, ix->runs_hw) + n + 1)) != KVIDX_OK ||
+      (rc = kvidx__grow_reserve(ix, &ix->chains, KVIDX__CAST(uint64_t, ix->runs_hw) + n + 1)) != KVIDX_OK ||
       (rc = kvidx__words_reserve(ix, 2 * KVIDX__CAST(uint64_t, n) + 128)) != KVIDX_OK)
     return rc;
   return KVIDX_OK;
 }
 
-/* Run r, its child-map key just inserted, now hangs below (parent, poff):
- * the parent's count and hint, or the count of detached runs. */
-KVIDX__PRIV void kvidx__run_hang(kvidx *ix, uint32_t r, uint32_t parent, uint32_t poff) {
+/* Run r, its child-map key (parent, poff, key) just inserted, now hangs
+ * there: the parent's count and hint, or the count and filter of detached
+ * runs. */
+KVIDX__PRIV void kvidx__run_hang(kvidx *ix, uint32_t r, uint32_t parent, uint32_t poff, uint64_t key) {
   if (parent != KVIDX__NONE) {
     kvidx__run *pn = kvidx__run_at(ix, parent);
     kvidx__kids_add(ix, parent, 1);
@@ -2144,19 +2157,33 @@ KVIDX__PRIV void kvidx__run_hang(kvidx *ix, uint32_t r, uint32_t parent, uint32_
      * fresh record's memory is not zeroed) */
     if (poff + 1 == KVIDX__LEN(kvidx__ld(&pn->shape))) kvidx__st_rel(&pn->cont, r);
   } else if (poff == KVIDX__DETACHED) {
+    unsigned char *f = &ix->det_filter[KVIDX__DET_SLOT(key)];
     ix->detached++;
+    if (*f < 255) ++*f;
   }
 }
 
 /* ... and no longer hangs there (its child-map key is deleted). */
-KVIDX__PRIV void kvidx__run_unhang(kvidx *ix, uint32_t parent, uint32_t poff) {
-  if (parent != KVIDX__NONE) kvidx__kids_add(ix, parent, KVIDX__CAST(uint32_t, -1));
-  else if (poff == KVIDX__DETACHED) ix->detached--;
+KVIDX__PRIV void kvidx__run_unhang(kvidx *ix, uint32_t parent, uint32_t poff, uint64_t key) {
+  if (parent != KVIDX__NONE) {
+    kvidx__kids_add(ix, parent, KVIDX__CAST(uint32_t, -1));
+  } else if (poff == KVIDX__DETACHED) {
+    unsigned char *f = &ix->det_filter[KVIDX__DET_SLOT(key)];
+    ix->detached--;
+    if (*f < 255) --*f;
+  }
+}
+
+/* Writer: the slot for run r's first-block chain hash (0: not known). */
+KVIDX__PRIV uint64_t *kvidx__chain_memo(const kvidx *ix, uint32_t r) {
+  return KVIDX__RCAST(uint64_t *, kvidx__grow_get(&ix->chains, r, 1, 0));
 }
 
 /* A new run below (parent, poff) starting with `local`, sized for `hint`
- * blocks; room was reserved. */
-KVIDX__PRIV uint32_t kvidx__run_new(kvidx *ix, uint32_t parent, uint32_t poff, uint64_t local, size_t hint) {
+ * blocks, whose first block's chain hash is `chain` (0: not known); room
+ * was reserved. */
+KVIDX__PRIV uint32_t kvidx__run_new(kvidx *ix, uint32_t parent, uint32_t poff, uint64_t local, size_t hint,
+                                    uint64_t chain) {
   unsigned lc = kvidx__class_of(hint < KVIDX__RUN_MAX ? hint : KVIDX__RUN_MAX);
   uint32_t r, li = kvidx__chunk_alloc(ix, lc);
   uint64_t e[3];
@@ -2180,11 +2207,12 @@ KVIDX__PRIV uint32_t kvidx__run_new(kvidx *ix, uint32_t parent, uint32_t poff, u
   kvidx__st(&rn->cont, KVIDX__NONE);
   kvidx__st(&rn->shape, KVIDX__SHAPE(1, poff, lc, KVIDX__NOCLASS));
   kvidx__run_wend(rn);
+  *kvidx__chain_memo(ix, r) = chain;
   kvidx__child_key(e, parent, poff, local);
   e[2] = r;
   kvidx__map_insert(ix, &ix->children, e);
   KVIDX_TEST_HOOK(ix, 4); /* published, no holder yet */
-  kvidx__run_hang(ix, r, parent, poff);
+  kvidx__run_hang(ix, r, parent, poff, local);
   ix->runs_live++;
   ix->entries++;
   return r;
@@ -2213,15 +2241,23 @@ KVIDX__PRIV int kvidx__run_append(kvidx *ix, kvidx__run *rn, KVIDX__A(uint64_t) 
   return 1;
 }
 
-/* The chain hash of position (r, off): the path's locals folded from its
- * top run down (the top is a root run or a detached one; either way its
- * first local is its chain).  Writer, no allocation: the path is halved
- * until a piece has at most 8 runs, O(d log d) header reads for d runs. */
+/* The chain hash of position (r, off): the path's locals folded from the
+ * nearest run above whose first block's chain is known, or from the top
+ * run (a root run or a detached one; either way its first local is its
+ * chain).  Each run's first-block chain met on the way is kept: it names
+ * the run's position, which detaching and hanging back keep, so it holds
+ * for the run's life, and a store deep in a long path folds at most one
+ * run's locals once the path is known.  Writer, no allocation: the path is
+ * halved until a piece has at most 8 runs, O(d log d) header reads for d
+ * runs. */
 KVIDX__PRIV uint64_t kvidx__chain_at(const kvidx *ix, uint32_t r, uint32_t off) {
   uint32_t todo[40][3], top = 0, runs = 0, x; /* (run, offset, runs) pieces, the top one next */
   uint64_t c = 0;
   int have = 0;
-  for (x = r; x != KVIDX__NONE; x = kvidx__ld(&kvidx__run_at(ix, x)->parent)) runs++;
+  for (x = r;; x = kvidx__ld(&kvidx__run_at(ix, x)->parent)) {
+    runs++;
+    if (*kvidx__chain_memo(ix, x) || kvidx__ld(&kvidx__run_at(ix, x)->parent) == KVIDX__NONE) break;
+  }
   todo[top][0] = r, todo[top][1] = off, todo[top++][2] = runs;
   while (top) {
     uint32_t pr = todo[--top][0], po = todo[top][1], pn = todo[top][2], i, o;
@@ -2245,12 +2281,16 @@ KVIDX__PRIV uint64_t kvidx__chain_at(const kvidx *ix, uint32_t r, uint32_t off) 
         po = KVIDX__POFF(kvidx__ld(&pnr->shape));
         pr = kvidx__ld(&pnr->parent);
       }
-      for (i = 0; i < pn; i++)
+      for (i = 0; i < pn; i++) {
+        uint64_t *memo = kvidx__chain_memo(ix, pieces[i]);
         for (o = 0; o <= ends[i]; o++) {
           uint64_t l = kvidx__local_at(ix, kvidx__run_at(ix, pieces[i]), o);
-          c = have ? kvidx_seq_hash_next(c, l) : l;
+          if (o) c = kvidx_seq_hash_next(c, l);
+          else if (have) *memo = c = kvidx_seq_hash_next(c, l);
+          else *memo = c = *memo ? *memo : l; /* the top piece's first block */
           have = 1;
         }
+      }
     }
   }
   return c;
@@ -2267,7 +2307,7 @@ KVIDX__PRIV int kvidx__run_move(kvidx *ix, uint32_t k, uint32_t p, uint32_t off,
   if (kvidx__child_find(ix, p, off, local) != KVIDX__NONE) return 0;
   kvidx__child_key(e, was, KVIDX__POFF(shape), kvidx__local_at(ix, kn, 0));
   kvidx__map_delete(ix, &ix->children, kvidx__map_find(ix, &ix->children, e));
-  kvidx__run_unhang(ix, was, KVIDX__POFF(shape));
+  kvidx__run_unhang(ix, was, KVIDX__POFF(shape), e[1]);
   kvidx__run_wbegin(kn);
   KVIDX_TEST_HOOK(ix, 10); /* a run moving */
   kvidx__st(&kn->parent, p);
@@ -2277,7 +2317,7 @@ KVIDX__PRIV int kvidx__run_move(kvidx *ix, uint32_t k, uint32_t p, uint32_t off,
   kvidx__child_key(e, p, off, local);
   e[2] = k;
   kvidx__map_insert(ix, &ix->children, e);
-  kvidx__run_hang(ix, k, p, off);
+  kvidx__run_hang(ix, k, p, off, local);
   return 1;
 }
 
@@ -2319,7 +2359,7 @@ KVIDX__PRIV void kvidx__run_release(kvidx *ix, uint32_t r) {
     ix->run_free = r;
     ix->runs_live--;
     ix->entries -= KVIDX__LEN(shape);
-    kvidx__run_unhang(ix, parent, KVIDX__POFF(shape));
+    kvidx__run_unhang(ix, parent, KVIDX__POFF(shape), key[1]);
     r = parent;
   }
 }
@@ -2792,7 +2832,8 @@ KVIDX__PRIV int kvidx__advance(kvidx *ix, kvidx__cursor *c, uint64_t local, size
     kvidx__cursor_at(ix, c, ch, 0);
     return KVIDX_OK;
   }
-  if (ix->detached && (ch = kvidx__child_find(ix, KVIDX__NONE, KVIDX__DETACHED, chain)) != KVIDX__NONE &&
+  if (ix->detached && ix->det_filter[KVIDX__DET_SLOT(chain)] &&
+      (ch = kvidx__child_find(ix, KVIDX__NONE, KVIDX__DETACHED, chain)) != KVIDX__NONE &&
       kvidx__run_move(ix, ch, c->r, c->off, local)) { /* the prefix is back: so is what hung below it */
     u->rejoined[u->nrejoined++] = ch;
     kvidx__cursor_at(ix, c, ch, 0);
@@ -2810,7 +2851,7 @@ KVIDX__PRIV int kvidx__advance(kvidx *ix, kvidx__cursor *c, uint64_t local, size
     c->off++;
     return KVIDX_OK;
   }
-  if ((ch = kvidx__run_new(ix, c->r, c->off, local, hint)) == KVIDX__NONE) return kvidx__oom(ix);
+  if ((ch = kvidx__run_new(ix, c->r, c->off, local, hint, chain)) == KVIDX__NONE) return kvidx__oom(ix);
   kvidx__cursor_at(ix, c, ch, 0);
   c->made = 1;
   return KVIDX_OK;
@@ -3420,6 +3461,7 @@ KVIDX__PRIV int kvidx__plan_cfg(const kvidx_config *cfg, int buffer, kvidx__plan
     pl->shared[3] = pl->max_workers;
     a = kvidx__cls_bytes((KVIDX__CAST(uint64_t, 1) << pl->words_shift) * 8) +
         kvidx__cls_bytes((KVIDX__CAST(uint64_t, 1) << pl->runs_shift) * sizeof(kvidx__run)) +
+        kvidx__cls_bytes((KVIDX__CAST(uint64_t, 1) << pl->runs_shift) * 8) +
         kvidx__map_fixed(pl->shared[0], 3) + kvidx__map_fixed(pl->shared[1], hw + 3) +
         kvidx__map_fixed(pl->shared[2], 3) + kvidx__map_fixed(pl->shared[3], 3) + 2 * kvidx__map_worst(B + 8, ew) +
         KVIDX__CAST(uint64_t, pl->max_workers) * 512 + kvidx__cls_bytes(B / 8 + 8) +
@@ -3479,6 +3521,8 @@ KVIDX__PRIV kvidx *kvidx__setup(const kvidx_config *cfg, const kvidx__plan *pl, 
   ix->words.g.shift0 = pl->words_shift;
   ix->runs.es = sizeof(kvidx__run);
   ix->runs.shift0 = pl->runs_shift;
+  ix->chains.es = 8;
+  ix->chains.shift0 = pl->runs_shift;
   kvidx__map_init(&ix->slot_map, 3, 2, 1, 0);
   kvidx__map_init(&ix->children, 3, 2, 0, 1);
   kvidx__map_init(&ix->holds, ix->tiers_on ? 5u : 4u, 1, 0, 0);
@@ -3578,6 +3622,7 @@ KVIDX_DEF void kvidx_destroy(kvidx *ix) {
   kvidx__map_drop(ix, &ix->multi);
   kvidx__grow_drop(ix, &ix->words.g);
   kvidx__grow_drop(ix, &ix->runs);
+  kvidx__grow_drop(ix, &ix->chains);
   if (ix->heap) kvidx__free(ix, ix->heap, ix->heap_cap * sizeof(kvidx__victim));
   kvidx__free(ix, ix, ix->fixed_bytes);
 }
@@ -4088,14 +4133,21 @@ KVIDX__PRIV int kvidx__check_runs(kvidx *ix) {
   }
   KVIDX__CHK(freed != KVIDX__NONE);
   KVIDX__CHK(holders == ix->holds.n && ix->children.n == live);
-  { /* detached runs: counted */
-    uint32_t det = 0;
+  { /* detached runs: counted, each in a filter cell that counts it, and
+       the cells that have not saturated count exactly their runs */
+    uint32_t det = 0, unsat = 0, sum = 0;
     for (r = 0; r < ix->runs_hw; r++) {
-      uint32_t shape = kvidx__ld(&kvidx__run_at(ix, r)->shape);
-      det += KVIDX__LEN(shape) && kvidx__ld(&kvidx__run_at(ix, r)->parent) == KVIDX__NONE &&
-             KVIDX__POFF(shape) == KVIDX__DETACHED;
+      kvidx__run *rn = kvidx__run_at(ix, r);
+      uint32_t shape = kvidx__ld(&rn->shape);
+      if (KVIDX__LEN(shape) && kvidx__ld(&rn->parent) == KVIDX__NONE && KVIDX__POFF(shape) == KVIDX__DETACHED) {
+        unsigned char f = ix->det_filter[KVIDX__DET_SLOT(kvidx__local_at(ix, rn, 0))];
+        det++;
+        unsat += f < 255;
+        KVIDX__CHK(f);
+      }
     }
-    KVIDX__CHK(det == ix->detached);
+    for (r = 0; r < KVIDX__DET_FILTER; r++) sum += ix->det_filter[r] < 255 ? ix->det_filter[r] : 0;
+    KVIDX__CHK(det == ix->detached && sum == unsat);
   }
   return 0;
 }
