@@ -190,8 +190,10 @@
  *   the nearest run whose first-block chain is known (a writer-only array
  *   per run id keeps it: a run's chain names its position for its life)
  *   down; a 1,024-cell counting filter of detached chains spares a store
- *   the child-map probe for all but a few of its new positions.  A dump writes a detached run's first held block as a
- *   Stored event with .detached set (snapshot format version 3).
+ *   the child-map probe for all but a few of its new positions.  A dump
+ *   writes a detached run's first block (a stand-in it removes again: nobody
+ *   holds it) as a Stored event with .detached set (snapshot format version
+ *   3, written when the index has detached runs).
  *
  *   Concurrency: readers copy one run at a time under its seqlock and probe
  *   the child map (its table, then the one draining), validated by the map's
@@ -506,12 +508,17 @@ typedef struct {
                                 more and its local is that block's chain
                                 hash.  kvidx_dump writes these for blocks
                                 whose ancestors are gone (see "Detached
-                                runs" in the design comment; the reference
-                                kind stores it as a root block, which has
-                                the same chains).  Meant for replaying a
-                                dump: sent for a prefix the index holds, it
-                                makes a second position for that chain
-                                that queries never reach.  0 otherwise     */
+                                runs" in the design comment).  Meant for
+                                replaying a dump into an empty index, where
+                                nobody ends up holding such a block and the
+                                answers are exact.  Otherwise: the block
+                                joins its prefix only when a store makes
+                                its position, while the reference kind,
+                                which keys blocks by chain alone (a root
+                                block whose local is that chain), joins
+                                them at once; a worker holding both the
+                                block and its prefix then scores deeper
+                                there.  0 otherwise                        */
 } kvidx_event;
 KVIDX_API int kvidx_apply(kvidx *ix, const kvidx_event *ev);
 /* Last event id seen for a worker: KVIDX_OK, or KVIDX_ENOENT if none. */
@@ -1014,6 +1021,8 @@ struct kvidx {
                                   kvidx__chain_at)                          */
   uint32_t run_free, runs_live, runs_hw; /* runs_hw: ids handed out so far */
   uint32_t detached;           /* runs whose prefix nobody holds (below) */
+  uint32_t chain_hint_run, chain_hint_off; /* writer: a position's chain, */
+  uint64_t chain_hint;                     /* the last store's end (run NONE: none) */
   unsigned char det_filter[KVIDX__DET_FILTER]; /* detached runs per chain >> 54,
                                   saturating at 255 (then for good): a store
                                   probes for one only where a count is set  */
@@ -2254,6 +2263,11 @@ KVIDX__PRIV uint64_t kvidx__chain_at(const kvidx *ix, uint32_t r, uint32_t off) 
   uint32_t todo[40][3], top = 0, runs = 0, x; /* (run, offset, runs) pieces, the top one next */
   uint64_t c = 0;
   int have = 0;
+  if (r == ix->chain_hint_run && off >= ix->chain_hint_off) { /* the last store ended here or before */
+    const kvidx__run *rn = kvidx__run_at(ix, r);
+    for (c = ix->chain_hint, x = ix->chain_hint_off + 1; x <= off; x++) c = kvidx_seq_hash_next(c, kvidx__local_at(ix, rn, x));
+    return c;
+  }
   for (x = r;; x = kvidx__ld(&kvidx__run_at(ix, x)->parent)) {
     runs++;
     if (*kvidx__chain_memo(ix, x) || kvidx__ld(&kvidx__run_at(ix, x)->parent) == KVIDX__NONE) break;
@@ -2357,6 +2371,7 @@ KVIDX__PRIV void kvidx__run_release(kvidx *ix, uint32_t r) {
     if (KVIDX__HCLS(shape) != KVIDX__NOCLASS) kvidx__chunk_free(ix, kvidx__ld(&rn->holders), KVIDX__HCLS(shape));
     kvidx__st(&rn->kids, ix->run_free); /* readers see len 0 and never read it */
     ix->run_free = r;
+    if (ix->chain_hint_run == r) ix->chain_hint_run = KVIDX__NONE;
     ix->runs_live--;
     ix->entries -= KVIDX__LEN(shape);
     kvidx__run_unhang(ix, parent, KVIDX__POFF(shape), key[1]);
@@ -2750,7 +2765,9 @@ typedef struct {
   uint32_t r, off, len, kids;
   kvidx__run *rn;         /* the run (NULL at the root) */
   KVIDX__A(uint64_t) *lw; /* its locals */
-  int made;               /* this store made the run (it is not in the undo log) */
+  int made;               /* this store made the run and the cursor has stayed
+                             in it (a made run it comes back to is logged as
+                             grown: harmless, the rollback frees it first) */
   int logged;             /* its growth is in the undo log since the cursor came */
 } kvidx__cursor;
 
@@ -2788,11 +2805,14 @@ KVIDX__PRIV void kvidx__undo_drop(kvidx *ix, kvidx__undo *u) {
 
 /* A failed store's growth of run r taken back: it is `len` long again.
  * The positions past len are this store's, nobody holds them any more and
- * nothing hangs below them (the rollback let go of them first). */
+ * nothing hangs below them (the rollback let go of them first; a run hung
+ * back below one stays only if its detach found its chain taken, a chain
+ * collision, and then hangs past the run's end, out of every walk). */
 KVIDX__PRIV void kvidx__run_shorten(kvidx *ix, uint32_t r, uint32_t len) {
   kvidx__run *rn = kvidx__run_at(ix, r);
   uint32_t shape = kvidx__ld(&rn->shape), now = KVIDX__LEN(shape);
   if (now <= len) return; /* freed (length 0), or already back */
+  if (ix->chain_hint_run == r && ix->chain_hint_off >= len) ix->chain_hint_run = KVIDX__NONE;
   kvidx__run_wbegin(rn);
   kvidx__st(&rn->shape, KVIDX__SHAPE(len, KVIDX__POFF(shape), KVIDX__LCLS(shape), KVIDX__HCLS(shape)));
   kvidx__run_wend(rn);
@@ -2894,10 +2914,10 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
   kvidx__hcache hc;
   kvidx__map spare;
   uint64_t homes[KVIDX__AHEAD]; /* seq hashes of the next blocks, computed once */
-  uint64_t chain = 0;           /* the cursor's chain hash, if track */
+  uint64_t chain = 0;           /* the cursor's chain hash, if track and chain_ok */
   kvidx__undo undo;
   size_t i, lim = ix->max_blocks < n ? 0 : ix->max_blocks - n;
-  int rc = KVIDX_OK, saw_held = 0, track;
+  int rc = KVIDX_OK, saw_held = 0, track, chain_ok = 0;
   kvidx__slot *sl;
   if (parent) {
     uint32_t at = s == KVIDX__NONE ? KVIDX__NONE : kvidx__map_find(ix, &ix->slots[s].seqs, parent);
@@ -2945,10 +2965,11 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
     }
   }
   memset(added, 0, (n + 63) / 64 * 8);
-  /* each block hangs back at most one detached run, and none detach
-   * before the rollback: room for min(n, detached) */
+  /* each block hangs back at most one detached run, none detach before the
+   * rollback, and only a detached store adds one (its first block, which a
+   * later block can hang back): room for min(n, detached (+ 1)) */
   undo.nrejoined = undo.ngrown = 0;
-  undo.rejoin_cap = ix->detached < n ? ix->detached : n;
+  undo.rejoin_cap = ix->detached + (detached != 0) < n ? ix->detached + (detached != 0) : n;
   undo.rejoined = undo.rejoined_small;
   undo.grown = undo.grown_small;
   undo.grown_cap = 8;
@@ -2961,8 +2982,9 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
   if (detached) off = KVIDX__DETACHED;
   kvidx__cursor_at(ix, &cur, r, off);
   /* while detached runs exist (only this store can add one), a block's
-   * chain tells whether a position it makes is one of them */
-  if ((track = ix->detached || detached) && r != KVIDX__NONE) chain = kvidx__chain_at(ix, r, off);
+   * chain tells whether a position it makes is one of them; it is folded
+   * from the runs only when a new block needs it (not for held ones) */
+  track = ix->detached || detached;
   for (i = 0; i < n && i < KVIDX__AHEAD; i++)
     kvidx__map_prefetch(&sl->seqs, homes[i] = kvidx__key_hash(ix->seed, &b[i].seq, 1), 1);
   for (i = 0; i < n; i++) { /* pass 1: new blocks; held ones are left as they are */
@@ -2974,11 +2996,15 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
     if (at != KVIDX__NONE) { /* the run goes on from the held block */
       uint64_t pos = kvidx__ld(&kvidx__map_at(&sl->seqs, at)[1]);
       kvidx__cursor_at(ix, &cur, KVIDX__POS_RUN(pos), KVIDX__POS_OFF(pos));
-      if (track) chain = kvidx__chain_at(ix, cur.r, cur.off);
+      chain_ok = 0;
       saw_held = 1;
       continue;
     }
-    if (track) chain = cur.r == KVIDX__NONE ? b[i].local : kvidx_seq_hash_next(chain, b[i].local);
+    if (track) {
+      if (cur.r == KVIDX__NONE) chain = b[i].local; /* a root or detached store's first block */
+      else chain = kvidx_seq_hash_next(chain_ok ? chain : kvidx__chain_at(ix, cur.r, cur.off), b[i].local);
+      chain_ok = 1;
+    }
     if ((rc = kvidx__advance(ix, &cur, b[i].local, n - i, chain, &undo)) != KVIDX_OK ||
         (rc = kvidx__position_add(ix, s, cur.r, cur.off, tier == KVIDX_TIER_DEVICE, &hc)) != KVIDX_OK) {
       kvidx__run_release(ix, cur.r); /* a run made for this block and left empty */
@@ -2999,9 +3025,12 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
   if (rc != KVIDX_OK) { /* roll back: runs hung back detach again, this call's seqs go (newest
                           first), runs it grew get their length back */
     while (undo.nrejoined-- > 0) {
-      uint32_t k = undo.rejoined[undo.nrejoined];
-      if (kvidx__ld(&kvidx__run_at(ix, k)->parent) != KVIDX__NONE) /* (the failed block's may be already) */
-        kvidx__run_detach(ix, k); /* its old key, free again: no detach ran since */
+      kvidx__run *kn = kvidx__run_at(ix, undo.rejoined[undo.nrejoined]);
+      /* hung below a run or at the root; the failed block's own may be
+       * detached already (the only detach since), the others' old keys are
+       * free again */
+      if (kvidx__ld(&kn->parent) != KVIDX__NONE || KVIDX__POFF(kvidx__ld(&kn->shape)) != KVIDX__DETACHED)
+        kvidx__run_detach(ix, undo.rejoined[undo.nrejoined]);
     }
     while (i-- > 0)
       if (added[i >> 6] >> (i & 63) & 1) kvidx__unhold(ix, s, kvidx__map_find(ix, &sl->seqs, &b[i].seq));
@@ -3013,6 +3042,11 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
   }
   kvidx__undo_drop(ix, &undo);
   if (added != added_small) kvidx__free(ix, added, (n + 63) / 64 * 8);
+  if (track && chain_ok) { /* where the worker's next store (a decode step) most likely goes on */
+    ix->chain_hint_run = cur.r;
+    ix->chain_hint_off = cur.off;
+    ix->chain_hint = chain;
+  }
   for (i = 0; saw_held && i < n; i++) { /* pass 2, once nothing can fail: a held block */
     uint32_t at = kvidx__map_find(ix, &sl->seqs, &b[i].seq); /* gains the tier and a later expiry */
     KVIDX__A(uint64_t) *e = kvidx__map_at(&sl->seqs, at);
@@ -3516,6 +3550,7 @@ KVIDX__PRIV kvidx *kvidx__setup(const kvidx_config *cfg, const kvidx__plan *pl, 
   for (i = 0; i < pl->max_workers; i++) ix->slots[i].free_next = i + 1 < pl->max_workers ? i + 1 : KVIDX__NONE;
   ix->slot_free = 0;
   ix->run_free = KVIDX__NONE;
+  ix->chain_hint_run = KVIDX__NONE;
   for (c = 0; c < KVIDX__WCLASSES; c++) ix->words.free_head[c] = KVIDX__NONE;
   ix->words.g.es = 8;
   ix->words.g.shift0 = pl->words_shift;
@@ -4454,7 +4489,9 @@ KVIDX_DEF int kvidx_dump(const kvidx *cix, kvidx_event_fn emit, void *ctx) {
  *   type 2 Removed:      a seq (tier 255 = every copy)
  *   type 3 event id:     a last event id, b the stream's generation (read
  *                        back as is; not checked)
- * Version 3 (written) is version 2 with detached blocks; version 2 is read.
+ * Version 3 is version 2 with detached blocks, written when the index has
+ * detached runs; otherwise version 2 is written (builds before detached
+ * runs read it).  Versions 1-3 are read.
  * Version 2: everything is verified before it is applied, and a
  * stream of L bytes costs O(L) work and memory.
  *   header (48 bytes): "KVIDXSNP", u32 version = 2 (3), u32 record size = 48,
@@ -4586,7 +4623,7 @@ KVIDX_DEF int kvidx_snapshot_write(const kvidx *cix, kvidx_write_fn write, void 
   if (rc == KVIDX_OK) {
     memset(h, 0, sizeof h);
     memcpy(h, "KVIDXSNP", 8);
-    h[8] = KVIDX__SNAP_VERSION;
+    h[8] = ix->detached ? KVIDX__SNAP_VERSION : 2u; /* readable by builds before detached runs when it can be */
     h[12] = KVIDX__SNAP_REC;
     kvidx__put64(h + 16, n);
     kvidx__put64(h + 24, KVIDX__SNAP_HDR + n * KVIDX__SNAP_REC + (n + KVIDX__SNAP_CHUNK - 1) / KVIDX__SNAP_CHUNK * 8);

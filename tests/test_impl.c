@@ -378,6 +378,78 @@ static int t_det_event(int kind) {
   return fails;
 }
 
+/* Detached events at the edges (a review's findings).  (1) A detached
+ * store hangs back every detached run there was and then the one its own
+ * first block made: 18 runs hung back by one call (the log had room for
+ * min(n, 17): a write past its end), and a refusal at the end detaches all
+ * 18 again.  (2) A store from the root whose first local is a detached
+ * chain hangs that run back at the root; refused, it must detach it again
+ * (the rollback took a run at the root for one detached already).  Both:
+ * detached count, positions and blocks as before, kvidx__check. */
+static int t_det_event_edges(int kind) {
+  enum { K = 17 };
+  static kvidx_block b[2 * K + 3];
+  kvidx_config cfg;
+  kvidx *ix;
+  kvidx_event ev;
+  kvidx_stats st, st2;
+  uint64_t loc[3], ch[3], L = 0x123456789abcdefull;
+  size_t cap;
+  int j, n = 0, fails = 0;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.kind = kind;
+  if (kvidx_create(&ix, &cfg) != KVIDX_OK) return 1;
+  memset(&ev, 0, sizeof ev);
+  ev.worker_id = 9;
+  ev.type = KVIDX_EV_STORED;
+  ev.detached = 1;
+  ev.n = 1;
+  for (j = 0; j < K; j++) { /* K detached runs: the chains of [1, 1000 + j] */
+    loc[0] = 1, loc[1] = 1000 + (uint64_t)j;
+    t_chains(loc, 2, ch);
+    b[0].local = ch[1], b[0].seq = 100 + (uint64_t)j;
+    ev.blocks = b;
+    ev.event_id = (uint64_t)j + 1;
+    TD(kvidx_apply(ix, &ev) == KVIDX_OK);
+  }
+  b[0].local = 1, b[0].seq = 5000;
+  TD(kvidx_store(ix, 3, 0, NULL, b, 1) == KVIDX_OK); /* worker 3 holds [1] */
+  loc[0] = 1, loc[1] = 1000 + K - 1, loc[2] = 77;
+  t_chains(loc, 3, ch);
+  b[n].local = ch[2], b[n++].seq = 1; /* a new detached run: the chain of [1, 1016, 77] */
+  for (j = 0; j < K; j++) {
+    b[n].local = 1, b[n++].seq = 5000;                        /* worker 3's [1]: go on from it */
+    b[n].local = 1000 + (uint64_t)j, b[n++].seq = 10 + (uint64_t)j; /* hangs run j back */
+  }
+  b[n].local = 77, b[n++].seq = 2; /* the new run's chain: it hangs back too */
+  b[n].local = 88, b[n++].seq = 3; /* a new position: refused */
+  kvidx_get_stats(ix, &st);
+  cap = ix->max_entries;
+  ix->max_entries = st.entries + 1; /* the new detached run's only */
+  ev.worker_id = 3, ev.event_id = 1, ev.blocks = b, ev.n = (size_t)n;
+  TD(kvidx_apply(ix, &ev) == KVIDX_EFULL);
+  kvidx_get_stats(ix, &st2);
+  TD(ix->detached == K && st2.entries == st.entries && st2.blocks == st.blocks && kvidx__check(ix) == 0);
+  ix->max_entries = cap;
+  TD(kvidx_apply(ix, &ev) == KVIDX_OK && ix->detached == 0 && kvidx__check(ix) == 0);
+  kvidx_destroy(ix);
+
+  if (kvidx_create(&ix, &cfg) != KVIDX_OK) return fails + 1;
+  b[0].local = L, b[0].seq = 1;
+  ev.worker_id = 1, ev.event_id = 1, ev.blocks = b, ev.n = 1;
+  TD(kvidx_apply(ix, &ev) == KVIDX_OK);
+  kvidx_get_stats(ix, &st);
+  cap = ix->max_entries;
+  ix->max_entries = st.entries; /* room for nothing new */
+  b[0].local = L, b[0].seq = 10, b[1].local = 42, b[1].seq = 11;
+  TD(kvidx_store(ix, 2, 0, NULL, b, 2) == KVIDX_EFULL);
+  ix->max_entries = cap;
+  kvidx_get_stats(ix, &st2);
+  TD(ix->detached == 1 && st2.entries == st.entries && st2.blocks == st.blocks && kvidx__check(ix) == 0);
+  kvidx_destroy(ix);
+  return fails;
+}
+
 /* An entry with live children no longer stays alive once nobody holds it:
  * worker 1 stores a 4,000-block chain, worker 2 the first 2,100 blocks of
  * it; both drop their leading blocks (1 keeps the last 100, 2 the 100 from
@@ -419,6 +491,7 @@ int t_detached(void) {
     memset(&m, 0, sizeof m);
     m.fail_after = -1;
     TD(kvidx_snapshot_write(ix, t_mem_write, &m) == KVIDX_OK);
+    TD(m.len > 8 && m.buf[8] == 3); /* detached blocks: format version 3 */
     cfg.kind = kinds[k];
     if (kvidx_create(&ix2, &cfg) != KVIDX_OK) return fails + 1;
     TD(kvidx_snapshot_read(ix2, t_mem_read, &m) == KVIDX_OK);
@@ -458,6 +531,7 @@ int t_detached(void) {
     kvidx_destroy(ix);
     kvidx_destroy(ref);
     fails += t_det_event(kinds[k]);
+    fails += t_det_event_edges(kinds[k]);
   }
   return fails;
 }
