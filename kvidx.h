@@ -2772,35 +2772,30 @@ typedef struct {
 } kvidx__cursor;
 
 /* What a store changed in runs that were there before it, so that a failed
- * store leaves them as they were: detached runs it hung back (room for
- * min(n, detached), made before the loop) and runs it grew at their end,
- * with their length before (8 inline, then doubled through the hooks). */
+ * store leaves them as they were: (run, length before) for a run it grew at
+ * its end, (run, KVIDX__REJOINED) for a detached run it hung back.  8
+ * records inline, then doubled through the hooks; a record is logged before
+ * its change, so a failed doubling refuses the store with the log whole. */
+#define KVIDX__REJOINED KVIDX__NONE
 typedef struct {
-  uint32_t *rejoined;
-  size_t nrejoined, rejoin_cap;
-  uint32_t *grown; /* (run, length before) pairs */
-  size_t ngrown, grown_cap;
-  uint32_t rejoined_small[16], grown_small[16];
+  uint32_t *rec;
+  size_t n, cap;
+  uint32_t small[16];
 } kvidx__undo;
 
-KVIDX__PRIV int kvidx__undo_grown(kvidx *ix, kvidx__undo *u, uint32_t r, uint32_t len) {
-  if (u->ngrown == u->grown_cap) {
-    uint32_t *g = KVIDX__CAST(uint32_t *, kvidx__alloc(ix, u->grown_cap * 16));
+KVIDX__PRIV int kvidx__undo_push(kvidx *ix, kvidx__undo *u, uint32_t r, uint32_t len) {
+  if (u->n == u->cap) {
+    uint32_t *g = KVIDX__CAST(uint32_t *, kvidx__alloc(ix, u->cap * 16));
     if (!g) return 0;
-    memcpy(g, u->grown, u->ngrown * 8);
-    if (u->grown != u->grown_small) kvidx__free(ix, u->grown, u->grown_cap * 8);
-    u->grown = g;
-    u->grown_cap *= 2;
+    memcpy(g, u->rec, u->n * 8);
+    if (u->rec != u->small) kvidx__free(ix, u->rec, u->cap * 8);
+    u->rec = g;
+    u->cap *= 2;
   }
-  u->grown[2 * u->ngrown] = r;
-  u->grown[2 * u->ngrown + 1] = len;
-  u->ngrown++;
+  u->rec[2 * u->n] = r;
+  u->rec[2 * u->n + 1] = len;
+  u->n++;
   return 1;
-}
-
-KVIDX__PRIV void kvidx__undo_drop(kvidx *ix, kvidx__undo *u) {
-  if (u->rejoined != u->rejoined_small) kvidx__free(ix, u->rejoined, u->rejoin_cap * 4);
-  if (u->grown != u->grown_small) kvidx__free(ix, u->grown, u->grown_cap * 8);
 }
 
 /* A failed store's growth of run r taken back: it is `len` long again.
@@ -2853,9 +2848,11 @@ KVIDX__PRIV int kvidx__advance(kvidx *ix, kvidx__cursor *c, uint64_t local, size
     return KVIDX_OK;
   }
   if (ix->detached && ix->det_filter[KVIDX__DET_SLOT(chain)] &&
-      (ch = kvidx__child_find(ix, KVIDX__NONE, KVIDX__DETACHED, chain)) != KVIDX__NONE &&
-      kvidx__run_move(ix, ch, c->r, c->off, local)) { /* the prefix is back: so is what hung below it */
-    u->rejoined[u->nrejoined++] = ch;
+      (ch = kvidx__child_find(ix, KVIDX__NONE, KVIDX__DETACHED, chain)) != KVIDX__NONE) {
+    /* the prefix is back: so is what hung below it (the key below the
+     * cursor is free: the child lookup above missed) */
+    if (!kvidx__undo_push(ix, u, ch, KVIDX__REJOINED)) return kvidx__oom(ix);
+    kvidx__run_move(ix, ch, c->r, c->off, local);
     kvidx__cursor_at(ix, c, ch, 0);
     return KVIDX_OK;
   }
@@ -2863,7 +2860,7 @@ KVIDX__PRIV int kvidx__advance(kvidx *ix, kvidx__cursor *c, uint64_t local, size
   if (c->r != KVIDX__NONE && c->off + 1 == c->len && c->len < KVIDX__RUN_MAX) {
     /* the run's end: grow it in place (holders' cutoffs stay as they are) */
     if (!c->made && !c->logged) {
-      if (!kvidx__undo_grown(ix, u, c->r, c->len)) return kvidx__oom(ix);
+      if (!kvidx__undo_push(ix, u, c->r, c->len)) return kvidx__oom(ix);
       c->logged = 1;
     }
     if (!kvidx__run_append(ix, c->rn, &c->lw, local)) return kvidx__oom(ix);
@@ -2965,19 +2962,9 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
     }
   }
   memset(added, 0, (n + 63) / 64 * 8);
-  /* each block hangs back at most one detached run, none detach before the
-   * rollback, and only a detached store adds one (its first block, which a
-   * later block can hang back): room for min(n, detached (+ 1)) */
-  undo.nrejoined = undo.ngrown = 0;
-  undo.rejoin_cap = ix->detached + (detached != 0) < n ? ix->detached + (detached != 0) : n;
-  undo.rejoined = undo.rejoined_small;
-  undo.grown = undo.grown_small;
-  undo.grown_cap = 8;
-  if (undo.rejoin_cap > 16 && !(undo.rejoined = KVIDX__CAST(uint32_t *, kvidx__alloc(ix, undo.rejoin_cap * 4)))) {
-    if (added != added_small) kvidx__free(ix, added, (n + 63) / 64 * 8);
-    if (!sl->blocks) kvidx__slot_release(ix, s);
-    return kvidx__oom(ix);
-  }
+  undo.rec = undo.small;
+  undo.n = 0;
+  undo.cap = 8;
   hc.run = hc.at = KVIDX__NONE;
   if (detached) off = KVIDX__DETACHED;
   kvidx__cursor_at(ix, &cur, r, off);
@@ -3024,23 +3011,26 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
   kvidx__hcache_flush(ix, &hc);
   if (rc != KVIDX_OK) { /* roll back: runs hung back detach again, this call's seqs go (newest
                           first), runs it grew get their length back */
-    while (undo.nrejoined-- > 0) {
-      kvidx__run *kn = kvidx__run_at(ix, undo.rejoined[undo.nrejoined]);
+    size_t j;
+    for (j = undo.n; j-- > 0;) {
+      kvidx__run *kn = kvidx__run_at(ix, undo.rec[2 * j]);
       /* hung below a run or at the root; the failed block's own may be
        * detached already (the only detach since), the others' old keys are
        * free again */
-      if (kvidx__ld(&kn->parent) != KVIDX__NONE || KVIDX__POFF(kvidx__ld(&kn->shape)) != KVIDX__DETACHED)
-        kvidx__run_detach(ix, undo.rejoined[undo.nrejoined]);
+      if (undo.rec[2 * j + 1] == KVIDX__REJOINED &&
+          (kvidx__ld(&kn->parent) != KVIDX__NONE || KVIDX__POFF(kvidx__ld(&kn->shape)) != KVIDX__DETACHED))
+        kvidx__run_detach(ix, undo.rec[2 * j]);
     }
     while (i-- > 0)
       if (added[i >> 6] >> (i & 63) & 1) kvidx__unhold(ix, s, kvidx__map_find(ix, &sl->seqs, &b[i].seq));
-    while (undo.ngrown-- > 0) kvidx__run_shorten(ix, undo.grown[2 * undo.ngrown], undo.grown[2 * undo.ngrown + 1]);
-    kvidx__undo_drop(ix, &undo);
+    for (j = undo.n; j-- > 0;)
+      if (undo.rec[2 * j + 1] != KVIDX__REJOINED) kvidx__run_shorten(ix, undo.rec[2 * j], undo.rec[2 * j + 1]);
+    if (undo.rec != undo.small) kvidx__free(ix, undo.rec, undo.cap * 8);
     if (added != added_small) kvidx__free(ix, added, (n + 63) / 64 * 8);
     if (!sl->blocks) kvidx__slot_release(ix, s);
     return rc;
   }
-  kvidx__undo_drop(ix, &undo);
+  if (undo.rec != undo.small) kvidx__free(ix, undo.rec, undo.cap * 8);
   if (added != added_small) kvidx__free(ix, added, (n + 63) / 64 * 8);
   if (track && chain_ok) { /* where the worker's next store (a decode step) most likely goes on */
     ix->chain_hint_run = cur.r;
@@ -4359,9 +4349,10 @@ KVIDX__PRIV int kvidx__dump_store(kvidx__dumper *d, uint64_t pl, uint64_t seq, i
   kvidx *ix = d->ix;
   uint64_t par = kvidx__place_parent(ix, pl), pseq = 0;
   int has_parent = par != KVIDX__NONE && kvidx__dump_seq_at(d, par, &pseq);
+  const kvidx__run *rn = kvidx__run_at(ix, KVIDX__CAST(uint32_t, pl >> 8));
   kvidx_block b;
   kvidx_event ev;
-  b.local = kvidx__local_at(ix, kvidx__run_at(ix, KVIDX__CAST(uint32_t, pl >> 8)), KVIDX__CAST(uint32_t, pl & 0xFFu));
+  b.local = kvidx__local_at(ix, rn, KVIDX__CAST(uint32_t, pl & 0xFFu));
   b.seq = seq;
   memset(&ev, 0, sizeof ev);
   ev.event_id = d->next_id++;
@@ -4373,8 +4364,7 @@ KVIDX__PRIV int kvidx__dump_store(kvidx__dumper *d, uint64_t pl, uint64_t seq, i
   ev.blocks = &b;
   ev.n = 1;
   ev.expires_at = expires;
-  ev.detached = par == KVIDX__NONE && kvidx__ld(&kvidx__run_at(ix, KVIDX__CAST(uint32_t, pl >> 8))->parent) == KVIDX__NONE &&
-                KVIDX__POFF(kvidx__ld(&kvidx__run_at(ix, KVIDX__CAST(uint32_t, pl >> 8))->shape)) == KVIDX__DETACHED;
+  ev.detached = par == KVIDX__NONE && KVIDX__POFF(kvidx__ld(&rn->shape)) == KVIDX__DETACHED; /* no parent: a top's first block */
   return d->emit(d->ctx, &ev) ? KVIDX_EIO : KVIDX_OK;
 }
 
