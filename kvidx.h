@@ -519,6 +519,15 @@ typedef struct {
                                 them at once; a worker holding both the
                                 block and its prefix then scores deeper
                                 there.  0 otherwise                        */
+  int stand_in;              /* set by kvidx_dump on a stand-in ancestor's
+                                Stored event (a block the worker does not
+                                hold, invented so that a block below a hole
+                                has a parent) and on the Removed event that
+                                takes the stand-ins away again; ignored by
+                                kvidx_apply, which counts stand-ins like any
+                                block (replaying a dump into an index at its
+                                max_blocks needs room for one worker's
+                                stand-ins; kvidx_snapshot_read does not)   */
 } kvidx_event;
 KVIDX_API int kvidx_apply(kvidx *ix, const kvidx_event *ev);
 /* Last event id seen for a worker: KVIDX_OK, or KVIDX_ENOENT if none. */
@@ -567,7 +576,10 @@ KVIDX_API size_t kvidx_find_matches_tiered(const kvidx *ix, const uint64_t *loca
  * memory are proportional to its length) plus each worker's last
  * event id and its generation, through caller callbacks.  read needs an empty target index; on
  * any error (KVIDX_ECORRUPT, KVIDX_EVERSION, KVIDX_ETRUNCATED, KVIDX_EIO, or
- * the target refusing a block) the target is left empty and valid.
+ * the target refusing a block) the target is left empty and valid.  Stand-
+ * ins do not count against the target's max_blocks while a snapshot is
+ * read (caller-buffer mode excepted): a snapshot of an index at its
+ * max_blocks loads into one of the same size.
  * Eviction recency restarts from load order; expiries are kept. */
 typedef int (*kvidx_event_fn)(void *ctx, const kvidx_event *ev);
 typedef int (*kvidx_write_fn)(void *ctx, const void *buf, size_t len); /* 0 = ok */
@@ -4345,7 +4357,8 @@ KVIDX__PRIV uint64_t kvidx__place_depth(const kvidx *ix, uint64_t pl) {
   }
 }
 
-KVIDX__PRIV int kvidx__dump_store(kvidx__dumper *d, uint64_t pl, uint64_t seq, int tier, uint64_t expires) {
+KVIDX__PRIV int kvidx__dump_store(kvidx__dumper *d, uint64_t pl, uint64_t seq, int tier, uint64_t expires,
+                                  int stand_in) {
   kvidx *ix = d->ix;
   uint64_t par = kvidx__place_parent(ix, pl), pseq = 0;
   int has_parent = par != KVIDX__NONE && kvidx__dump_seq_at(d, par, &pseq);
@@ -4365,6 +4378,7 @@ KVIDX__PRIV int kvidx__dump_store(kvidx__dumper *d, uint64_t pl, uint64_t seq, i
   ev.n = 1;
   ev.expires_at = expires;
   ev.detached = par == KVIDX__NONE && KVIDX__POFF(kvidx__ld(&rn->shape)) == KVIDX__DETACHED; /* no parent: a top's first block */
+  ev.stand_in = stand_in;
   return d->emit(d->ctx, &ev) ? KVIDX_EIO : KVIDX_OK;
 }
 
@@ -4409,13 +4423,13 @@ KVIDX__PRIV int kvidx__dump_worker(kvidx__dumper *d) {
     while (d->stack.n) {
       uint64_t anc = d->stack.v[--d->stack.n], fs = kvidx__dump_fake_seq(d, anc);
       if ((rc = kvidx__vec_push(ix, &d->fake, fs)) != KVIDX_OK || (rc = kvidx__dump_put(ix, &d->fakes, fs, 1)) != KVIDX_OK ||
-          (rc = kvidx__dump_store(d, anc, fs, KVIDX_TIER_DEVICE, 0)) != KVIDX_OK ||
+          (rc = kvidx__dump_store(d, anc, fs, KVIDX_TIER_DEVICE, 0, 1)) != KVIDX_OK ||
           (rc = kvidx__dump_put(ix, &d->map, anc + 1, fs)) != KVIDX_OK)
         return rc;
     }
     if (ix->evict == KVIDX_EVICT_EXPIRY && kvidx__ld(&e[2]) != ~KVIDX__CAST(uint64_t, 0)) expires = kvidx__ld(&e[2]);
     for (tb = 0; tb <= KVIDX_TIER_DISK; tb++)
-      if ((KVIDX__POS_TIERS(pos) >> tb) & 1 && (rc = kvidx__dump_store(d, pl, seq, KVIDX__CAST(int, tb), expires)) != KVIDX_OK)
+      if ((KVIDX__POS_TIERS(pos) >> tb) & 1 && (rc = kvidx__dump_store(d, pl, seq, KVIDX__CAST(int, tb), expires, 0)) != KVIDX_OK)
         return rc;
     if (!kvidx__dump_seq_at(d, pl, NULL) && (rc = kvidx__dump_put(ix, &d->map, pl + 1, seq)) != KVIDX_OK) return rc;
   }
@@ -4429,6 +4443,7 @@ KVIDX__PRIV int kvidx__dump_worker(kvidx__dumper *d) {
     ev.tier = KVIDX_TIER_ALL;
     ev.seqs = d->fake.v;
     ev.n = d->fake.n;
+    ev.stand_in = 1;
     if (d->emit(d->ctx, &ev)) return KVIDX_EIO;
   }
   return KVIDX_OK;
@@ -4470,7 +4485,7 @@ KVIDX_DEF int kvidx_dump(const kvidx *cix, kvidx_event_fn emit, void *ctx) {
 
 /* ---- binary snapshot --------------------------------------------------------
  * records (48 bytes each, little endian), every version:
- *   u8 type, u8 tier, u8 has_parent, u8 0, u32 dp_rank, u64 worker_id,
+ *   u8 type, u8 tier, u8 has_parent, u8 flags, u32 dp_rank, u64 worker_id,
  *   u64 a, u64 b, u64 c, u64 d
  *   type 1 Stored block: a parent seq, b local, c seq, d expires_at;
  *                        has_parent 1: a is its parent, 0: a root block,
@@ -4479,9 +4494,16 @@ KVIDX_DEF int kvidx_dump(const kvidx *cix, kvidx_event_fn emit, void *ctx) {
  *   type 2 Removed:      a seq (tier 255 = every copy)
  *   type 3 event id:     a last event id, b the stream's generation (read
  *                        back as is; not checked)
- * Version 3 is version 2 with detached blocks, written when the index has
- * detached runs; otherwise version 2 is written (builds before detached
- * runs read it).  Versions 1-3 are read.
+ *   flags: 0, or (version 3, types 1 and 2) 1: a stand-in ancestor's
+ *   Stored record or its Removed record (kvidx_event.stand_in).  The
+ *   reader lets stand-ins go past the target's max_blocks (they are gone
+ *   when the stream ends), so a snapshot taken at max_blocks loads back
+ *   into an index of the same size; every stand-in stored must be removed
+ *   again by the end of the stream (else KVIDX_ECORRUPT).  Not in caller-
+ *   buffer mode, whose memory is sized by max_blocks: there stand-ins count.
+ * Version 3 is version 2 with detached blocks and flags, written when the
+ * index has detached runs or a worker has a hole; otherwise version 2 is
+ * written (builds before version 3 read it).  Versions 1-3 are read.
  * Version 2: everything is verified before it is applied, and a
  * stream of L bytes costs O(L) work and memory.
  *   header (48 bytes): "KVIDXSNP", u32 version = 2 (3), u32 record size = 48,
@@ -4513,6 +4535,7 @@ typedef struct {
   int counting;   /* first pass: only count the records */
   int failed;
   uint64_t count; /* records so far */
+  uint64_t stand_ins; /* stand-in records so far (they need version 3) */
   uint64_t seed;  /* the previous checksum */
   size_t nbuf;    /* records in buf */
   unsigned char buf[KVIDX__SNAP_CHUNK * KVIDX__SNAP_REC + 8];
@@ -4542,12 +4565,13 @@ KVIDX__PRIV int kvidx__snap_flush(kvidx__snapw *w) {
   return w->failed ? KVIDX_EIO : KVIDX_OK;
 }
 
-KVIDX__PRIV void kvidx__snap_rec(unsigned char *r, int type, int tier, int has_parent, uint32_t rank, uint64_t worker,
-                                 uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
+KVIDX__PRIV void kvidx__snap_rec(unsigned char *r, int type, int tier, int has_parent, int flags, uint32_t rank,
+                                 uint64_t worker, uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
   memset(r, 0, KVIDX__SNAP_REC);
   r[0] = KVIDX__CAST(unsigned char, type);
   r[1] = KVIDX__CAST(unsigned char, tier);
   r[2] = KVIDX__CAST(unsigned char, has_parent);
+  r[3] = KVIDX__CAST(unsigned char, flags);
   r[4] = KVIDX__CAST(unsigned char, rank);
   r[5] = KVIDX__CAST(unsigned char, rank >> 8);
   r[6] = KVIDX__CAST(unsigned char, rank >> 16);
@@ -4560,11 +4584,12 @@ KVIDX__PRIV void kvidx__snap_rec(unsigned char *r, int type, int tier, int has_p
 }
 
 /* One record: counted (first pass) or added to the chunk being built. */
-KVIDX__PRIV int kvidx__snap_add(kvidx__snapw *w, int type, int tier, int has_parent, uint32_t rank, uint64_t worker,
-                                uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
+KVIDX__PRIV int kvidx__snap_add(kvidx__snapw *w, int type, int tier, int has_parent, int flags, uint32_t rank,
+                                uint64_t worker, uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
   w->count++;
+  w->stand_ins += flags & 1;
   if (w->counting) return KVIDX_OK;
-  kvidx__snap_rec(w->buf + w->nbuf * KVIDX__SNAP_REC, type, tier, has_parent, rank, worker, a, b, c, d);
+  kvidx__snap_rec(w->buf + w->nbuf * KVIDX__SNAP_REC, type, tier, has_parent, flags, rank, worker, a, b, c, d);
   return ++w->nbuf == KVIDX__SNAP_CHUNK ? kvidx__snap_flush(w) : KVIDX_OK;
 }
 
@@ -4574,10 +4599,11 @@ KVIDX__PRIV int kvidx__snap_emit(void *ctx, const kvidx_event *ev) {
   int rc;
   for (i = 0; i < ev->n; i++) {
     if (ev->type == KVIDX_EV_STORED)
-      rc = kvidx__snap_add(w, 1, ev->tier, ev->detached ? 2 : ev->parent != NULL, ev->dp_rank, ev->worker_id, ev->parent ? *ev->parent : 0,
-                           ev->blocks[i].local, ev->blocks[i].seq, ev->expires_at);
+      rc = kvidx__snap_add(w, 1, ev->tier, ev->detached ? 2 : ev->parent != NULL, ev->stand_in != 0, ev->dp_rank,
+                           ev->worker_id, ev->parent ? *ev->parent : 0, ev->blocks[i].local, ev->blocks[i].seq,
+                           ev->expires_at);
     else
-      rc = kvidx__snap_add(w, 2, KVIDX_TIER_ALL, 0, ev->dp_rank, ev->worker_id, ev->seqs[i], 0, 0, 0);
+      rc = kvidx__snap_add(w, 2, KVIDX_TIER_ALL, 0, ev->stand_in != 0, ev->dp_rank, ev->worker_id, ev->seqs[i], 0, 0, 0);
     if (rc != KVIDX_OK) return 1;
   }
   return 0;
@@ -4588,7 +4614,7 @@ KVIDX__PRIV int kvidx__snap_records(kvidx *ix, kvidx__snapw *w) {
   uint32_t i;
   int rc = kvidx__dump_locked(ix, kvidx__snap_emit, w);
   for (i = 0; rc == KVIDX_OK && i <= ix->evtab_mask; i++) /* each worker's last event id */
-    if (ix->evtab[i].used) rc = kvidx__snap_add(w, 3, 0, 0, ix->evtab[i].rank, ix->evtab[i].id, ix->evtab[i].last, ix->evtab[i].gen, 0, 0);
+    if (ix->evtab[i].used) rc = kvidx__snap_add(w, 3, 0, 0, 0, ix->evtab[i].rank, ix->evtab[i].id, ix->evtab[i].last, ix->evtab[i].gen, 0, 0);
   if (rc != KVIDX_OK && w->failed) rc = KVIDX_EIO;
   return rc;
 }
@@ -4613,7 +4639,7 @@ KVIDX_DEF int kvidx_snapshot_write(const kvidx *cix, kvidx_write_fn write, void 
   if (rc == KVIDX_OK) {
     memset(h, 0, sizeof h);
     memcpy(h, "KVIDXSNP", 8);
-    h[8] = ix->detached ? KVIDX__SNAP_VERSION : 2u; /* readable by builds before detached runs when it can be */
+    h[8] = ix->detached || w.stand_ins ? KVIDX__SNAP_VERSION : 2u; /* readable by builds before 3 when it can be */
     h[12] = KVIDX__SNAP_REC;
     kvidx__put64(h + 16, n);
     kvidx__put64(h + 24, KVIDX__SNAP_HDR + n * KVIDX__SNAP_REC + (n + KVIDX__SNAP_CHUNK - 1) / KVIDX__SNAP_CHUNK * 8);
@@ -4621,7 +4647,7 @@ KVIDX_DEF int kvidx_snapshot_write(const kvidx *cix, kvidx_write_fn write, void 
     w.seed = XXH3_64bits_withSeed(h, 40, 0);
     kvidx__put64(h + 40, w.seed);
     w.counting = 0;
-    w.count = 0;
+    w.count = w.stand_ins = 0;
     rc = write(ctx, h, sizeof h) ? KVIDX_EIO : kvidx__snap_records(ix, &w);
   }
   kvidx__unlock(ix);
@@ -4658,28 +4684,55 @@ KVIDX__PRIV size_t kvidx__read_full(kvidx_read_fn read, void *ctx, unsigned char
   return got;
 }
 
+typedef struct {
+  uint32_t version;
+  uint64_t stand_ins; /* stand-ins stored and not removed yet               */
+  size_t max_blocks;  /* the target's own; max_blocks is raised by stand_ins
+                         while the stream is read (heap mode)               */
+} kvidx__snapr;
+
+/* The target's capacity while a snapshot is read: max_blocks plus the
+ * stand-ins it holds (caller-buffer mode: max_blocks, which sized its
+ * memory).  The maps' bounds follow it. */
+KVIDX__PRIV void kvidx__snap_room(kvidx *ix, const kvidx__snapr *rd) {
+  kvidx__lock(ix);
+  ix->max_blocks = rd->max_blocks + (ix->buffer_mode ? 0 : KVIDX__CAST(size_t, rd->stand_ins));
+  ix->holds.most = ix->max_blocks;
+  ix->multi.most = KVIDX__MULTI_MAX(ix->max_blocks);
+  kvidx__unlock(ix);
+}
+
 /* Applies one record (types 1-3) of any version (a detached store, r[2] 2,
- * only from version 3). */
-KVIDX__PRIV int kvidx__snap_apply(kvidx *ix, const unsigned char *r, uint32_t version) {
+ * and the stand-in flag only from version 3). */
+KVIDX__PRIV int kvidx__snap_apply(kvidx *ix, const unsigned char *r, kvidx__snapr *rd) {
   uint32_t rank = kvidx__get32(r + 4);
   uint64_t worker = kvidx__get64(r + 8), a = kvidx__get64(r + 16), b = kvidx__get64(r + 24),
            c = kvidx__get64(r + 32), d = kvidx__get64(r + 40);
-  int rc;
-  if (r[3]) return KVIDX_ECORRUPT;
+  int rc, stand_in = r[3] == 1;
+  if (r[3] > (rd->version >= 3 && r[0] != 3 ? 1 : 0)) return KVIDX_ECORRUPT;
   if (r[0] == 1) {
     kvidx_block blk;
-    if (r[1] > KVIDX_TIER_DISK || r[2] > (version >= 3 ? 2 : 1) || (r[2] != 1 && a) ||
+    if (r[1] > KVIDX_TIER_DISK || r[2] > (rd->version >= 3 ? 2 : 1) || (r[2] != 1 && a) ||
         (d && ix->evict != KVIDX_EVICT_EXPIRY))
       return KVIDX_ECORRUPT;
     blk.local = b;
     blk.seq = c;
+    if (stand_in) { /* room first: it does not count against max_blocks */
+      rd->stand_ins++;
+      kvidx__snap_room(ix, rd);
+    }
     rc = kvidx__store(ix, worker, rank, r[2] == 1 ? &a : NULL, &blk, 1, r[1], d, r[2] == 2);
     if (rc == KVIDX_ENOPARENT) return KVIDX_ECORRUPT; /* parents come first in a sound snapshot */
     return rc;
   }
   if (r[0] == 2) {
-    if (r[1] != KVIDX_TIER_ALL || r[2] || b || c || d) return KVIDX_ECORRUPT;
-    return kvidx__remove(ix, worker, rank, &a, 1, KVIDX_TIER_ALL) != KVIDX_OK ? KVIDX_ECORRUPT : KVIDX_OK;
+    if (r[1] != KVIDX_TIER_ALL || r[2] || b || c || d || (stand_in && !rd->stand_ins)) return KVIDX_ECORRUPT;
+    if (kvidx__remove(ix, worker, rank, &a, 1, KVIDX_TIER_ALL) != KVIDX_OK) return KVIDX_ECORRUPT;
+    if (stand_in) { /* gone: its room goes too */
+      rd->stand_ins--;
+      kvidx__snap_room(ix, rd);
+    }
+    return KVIDX_OK;
   }
   if (r[0] == 3) { /* b: the stream generation, kept readable as is */
     kvidx__evid *e;
@@ -4695,7 +4748,8 @@ KVIDX__PRIV int kvidx__snap_apply(kvidx *ix, const unsigned char *r, uint32_t ve
 }
 
 /* Version 1: records applied as read, the checksum checked at the end. */
-KVIDX__PRIV int kvidx__snap_read_v1(kvidx *ix, kvidx_read_fn read, void *ctx, const unsigned char *h) {
+KVIDX__PRIV int kvidx__snap_read_v1(kvidx *ix, kvidx_read_fn read, void *ctx, const unsigned char *h,
+                                   kvidx__snapr *rd) {
   unsigned char r[KVIDX__SNAP_REC];
   XXH3_state_t st;
   uint64_t count = 0;
@@ -4715,13 +4769,13 @@ KVIDX__PRIV int kvidx__snap_read_v1(kvidx *ix, kvidx_read_fn read, void *ctx, co
     }
     XXH3_64bits_update(&st, r, sizeof r);
     count++;
-    if ((rc = kvidx__snap_apply(ix, r, 1)) != KVIDX_OK) return rc;
+    if ((rc = kvidx__snap_apply(ix, r, rd)) != KVIDX_OK) return rc;
   }
 }
 
 /* Versions 2 and 3: the header, then each chunk verified before it is
  * applied. */
-KVIDX__PRIV int kvidx__snap_read_v2(kvidx *ix, kvidx_read_fn read, void *ctx, unsigned char *h, uint32_t version) {
+KVIDX__PRIV int kvidx__snap_read_v2(kvidx *ix, kvidx_read_fn read, void *ctx, unsigned char *h, kvidx__snapr *rd) {
   unsigned char buf[KVIDX__SNAP_CHUNK * KVIDX__SNAP_REC + 8];
   uint64_t n, left, seed;
   if (kvidx__read_full(read, ctx, h + 24, KVIDX__SNAP_HDR - 24) != KVIDX__SNAP_HDR - 24) return KVIDX_ETRUNCATED;
@@ -4738,31 +4792,38 @@ KVIDX__PRIV int kvidx__snap_read_v2(kvidx *ix, kvidx_read_fn read, void *ctx, un
     seed = XXH3_64bits_withSeed(buf, len, seed);
     if (kvidx__get64(buf + len) != seed) return KVIDX_ECORRUPT;
     for (i = 0; i < k; i++)
-      if ((rc = kvidx__snap_apply(ix, buf + i * KVIDX__SNAP_REC, version)) != KVIDX_OK) return rc;
+      if ((rc = kvidx__snap_apply(ix, buf + i * KVIDX__SNAP_REC, rd)) != KVIDX_OK) return rc;
     left -= k;
   }
   return KVIDX_OK;
 }
 
-KVIDX__PRIV int kvidx__snap_read_all(kvidx *ix, kvidx_read_fn read, void *ctx) {
+KVIDX__PRIV int kvidx__snap_read_all(kvidx *ix, kvidx_read_fn read, void *ctx, kvidx__snapr *rd) {
   unsigned char h[KVIDX__SNAP_HDR];
-  uint32_t version;
+  int rc;
   if (kvidx__read_full(read, ctx, h, 24) != 24) return KVIDX_ETRUNCATED;
   if (memcmp(h, "KVIDXSNP", 8)) return KVIDX_ECORRUPT;
-  version = kvidx__get32(h + 8);
-  if (version < 1 || version > 3) return KVIDX_EVERSION;
+  rd->version = kvidx__get32(h + 8);
+  if (rd->version < 1 || rd->version > 3) return KVIDX_EVERSION;
   if (kvidx__get32(h + 12) != KVIDX__SNAP_REC) return KVIDX_ECORRUPT;
-  return version == 1 ? kvidx__snap_read_v1(ix, read, ctx, h) : kvidx__snap_read_v2(ix, read, ctx, h, version);
+  rc = rd->version == 1 ? kvidx__snap_read_v1(ix, read, ctx, h, rd) : kvidx__snap_read_v2(ix, read, ctx, h, rd);
+  return rc == KVIDX_OK && rd->stand_ins ? KVIDX_ECORRUPT : rc; /* a stand-in must not stay */
 }
 
 KVIDX_DEF int kvidx_snapshot_read(kvidx *ix, kvidx_read_fn read, void *ctx) {
   kvidx_stats st;
+  kvidx__snapr rd;
   int rc;
   if (!ix || !read) return KVIDX_EINVAL;
   kvidx_get_stats(ix, &st);
   if (st.blocks || ix->evtab_n) return KVIDX_EINVAL; /* the target must be empty */
-  rc = kvidx__snap_read_all(ix, read, ctx);
+  rd.version = 0;
+  rd.stand_ins = 0;
+  rd.max_blocks = ix->max_blocks;
+  rc = kvidx__snap_read_all(ix, read, ctx, &rd);
   if (rc != KVIDX_OK) kvidx__empty(ix);
+  rd.stand_ins = 0; /* the configured capacity again */
+  kvidx__snap_room(ix, &rd);
   return rc;
 }
 /* ========================================================================== */

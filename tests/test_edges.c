@@ -121,8 +121,9 @@ static void le64(unsigned char *p, uint64_t v) {
   int i;
   for (i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
-static int read_one_record_v(int kind, const unsigned char *r48, unsigned version) {
-  unsigned char s[48 + 48 + 8], *p = s;
+static int read_records_v(int kind, const unsigned char *recs, int n, unsigned version, size_t *blocks,
+                          size_t max_blocks) {
+  unsigned char s[48 + 4 * 48 + 8], *p = s;
   kvidx_config c;
   kvidx *ix = NULL;
   kvidx_stats st;
@@ -131,21 +132,29 @@ static int read_one_record_v(int kind, const unsigned char *r48, unsigned versio
   memcpy(s, "KVIDXSNP", 8);
   s[8] = (unsigned char)version;
   s[12] = 48;
-  le64(s + 16, 1);
-  le64(s + 24, 48 + 48 + 8);
+  le64(s + 16, (uint64_t)n);
+  le64(s + 24, 48 + 48 * (uint64_t)n + 8);
   s[32] = 64;
   le64(s + 40, XXH3_64bits_withSeed(s, 40, 0));
-  memcpy(s + 48, r48, 48);
-  le64(s + 96, XXH3_64bits_withSeed(s + 48, 48, XXH3_64bits_withSeed(s, 40, 0)));
+  memcpy(s + 48, recs, 48 * (size_t)n);
+  le64(s + 48 + 48 * n, XXH3_64bits_withSeed(s + 48, 48 * (size_t)n, XXH3_64bits_withSeed(s, 40, 0)));
   memset(&c, 0, sizeof c);
   c.kind = kind;
+  c.max_blocks = max_blocks;
   if (kvidx_create(&ix, &c) != KVIDX_OK) exit(2);
   rc = kvidx_snapshot_read(ix, rd, &p);
   memset(&st, 0, sizeof st);
   kvidx_get_stats(ix, &st);
-  CHECK_EQ(st.blocks, rc == KVIDX_OK ? 1 : 0);
+  *blocks = st.blocks;
+  if (rc != KVIDX_OK) CHECK_EQ(st.blocks, 0);
   CHECK_EQ(kvidx__check(ix), 0);
   kvidx_destroy(ix);
+  return rc;
+}
+static int read_one_record_v(int kind, const unsigned char *r48, unsigned version) {
+  size_t blocks;
+  int rc = read_records_v(kind, r48, 1, version, &blocks, 0);
+  CHECK_EQ(blocks, rc == KVIDX_OK ? 1 : 0);
   return rc;
 }
 static int read_one_record(int kind, const unsigned char *r48) { return read_one_record_v(kind, r48, 2); }
@@ -185,6 +194,32 @@ static void test_bad_records(void) {
     CHECK_EQ(read_one_record_v(k, r, 3), KVIDX_ECORRUPT);
     r[16] = 0;
     r[2] = 0;
+    { /* stand-in flags (version 3): a stand-in stored and removed again
+         loads, past max_blocks; one left standing, a flag of 2, a flag in
+         version 2 or a flagged removal with no stand-in stored are not */
+      unsigned char two[3 * 48];
+      size_t blocks = 9;
+      memcpy(two, r, 48);         /* a block the target holds: max_blocks 1 is full */
+      memcpy(two + 48, r, 48);    /* a stand-in of another worker */
+      two[48 + 3] = 1;
+      two[48 + 8] = 7;
+      memcpy(two + 96, two + 48, 48); /* its removal, flagged too */
+      two[96] = 2;
+      two[96 + 1] = 255;
+      memcpy(two + 96 + 16, two + 48 + 32, 8); /* a = the stand-in's seq */
+      memset(two + 96 + 24, 0, 24);
+      CHECK_EQ(read_records_v(k, two, 3, 3, &blocks, 1), KVIDX_OK);
+      CHECK_EQ(blocks, 1);
+      CHECK_EQ(read_records_v(k, two, 3, 2, &blocks, 0), KVIDX_ECORRUPT);
+      CHECK_EQ(read_records_v(k, two, 2, 3, &blocks, 0), KVIDX_ECORRUPT); /* left standing */
+      two[96 + 3] = 0; /* removed unflagged: its room stays, the stream ends with one */
+      CHECK_EQ(read_records_v(k, two, 3, 3, &blocks, 0), KVIDX_ECORRUPT);
+      two[96 + 3] = 1;
+      two[48 + 3] = 0; /* a flagged removal with no stand-in stored */
+      CHECK_EQ(read_records_v(k, two, 3, 3, &blocks, 0), KVIDX_ECORRUPT);
+      two[48 + 3] = 2;
+      CHECK_EQ(read_records_v(k, two, 3, 3, &blocks, 0), KVIDX_ECORRUPT);
+    }
   }
 }
 
