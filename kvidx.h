@@ -579,7 +579,11 @@ KVIDX_API size_t kvidx_find_matches_tiered(const kvidx *ix, const uint64_t *loca
  * the target refusing a block) the target is left empty and valid.  Stand-
  * ins do not count against the target's max_blocks while a snapshot is
  * read (caller-buffer mode excepted): a snapshot of an index at its
- * max_blocks loads into one of the same size.
+ * max_blocks loads into one of the same size.  A target with cfg.evict may
+ * be smaller than the snapshot: it evicts as the blocks come (recency is
+ * load order), and a block whose parent it evicted is left out with
+ * everything below it; what it keeps is a subset of the snapshot's
+ * holdings at the same positions.
  * Eviction recency restarts from load order; expiries are kept. */
 typedef int (*kvidx_event_fn)(void *ctx, const kvidx_event *ev);
 typedef int (*kvidx_write_fn)(void *ctx, const void *buf, size_t len); /* 0 = ok */
@@ -2014,6 +2018,7 @@ KVIDX__PRIV size_t kvidx__ref_blocks(const kvidx *ix, uint64_t id, uint32_t rank
 KVIDX__PRIV void kvidx__ref_stats(const kvidx *ix, kvidx_stats *st);
 KVIDX__PRIV int kvidx__ref_check(const kvidx *ix);
 KVIDX__PRIV void kvidx__ref_drop_all(kvidx *ix);
+KVIDX__PRIV void kvidx__ref_prune(kvidx *ix, size_t limit, kvidx__rworker *pw, const uint64_t *pseq);
 KVIDX__PRIV size_t kvidx__blocks_of(const kvidx *ix, uint64_t id, uint32_t rank);
 KVIDX__PRIV kvidx__evid *kvidx__ev_find(const kvidx *ix, uint64_t id, uint32_t rank);
 
@@ -4722,12 +4727,16 @@ KVIDX__PRIV int kvidx__snap_apply(kvidx *ix, const unsigned char *r, kvidx__snap
       kvidx__snap_room(ix, rd);
     }
     rc = kvidx__store(ix, worker, rank, r[2] == 1 ? &a : NULL, &blk, 1, r[1], d, r[2] == 2);
-    if (rc == KVIDX_ENOPARENT) return KVIDX_ECORRUPT; /* parents come first in a sound snapshot */
+    /* parents come first in a sound snapshot; a target smaller than the
+     * snapshot that evicts may have let the parent go: the block goes too */
+    if (rc == KVIDX_ENOPARENT) return ix->evict ? KVIDX_OK : KVIDX_ECORRUPT;
     return rc;
   }
   if (r[0] == 2) {
     if (r[1] != KVIDX_TIER_ALL || r[2] || b || c || d || (stand_in && !rd->stand_ins)) return KVIDX_ECORRUPT;
-    if (kvidx__remove(ix, worker, rank, &a, 1, KVIDX_TIER_ALL) != KVIDX_OK) return KVIDX_ECORRUPT;
+    rc = kvidx__remove(ix, worker, rank, &a, 1, KVIDX_TIER_ALL);
+    if (rc != KVIDX_OK && !(rc == KVIDX_ENOENT && stand_in && ix->evict)) /* (evicted already) */
+      return KVIDX_ECORRUPT;
     if (stand_in) { /* gone: its room goes too */
       rd->stand_ins--;
       kvidx__snap_room(ix, rd);
@@ -4824,6 +4833,16 @@ KVIDX_DEF int kvidx_snapshot_read(kvidx *ix, kvidx_read_fn read, void *ctx) {
   if (rc != KVIDX_OK) kvidx__empty(ix);
   rd.stand_ins = 0; /* the configured capacity again */
   kvidx__snap_room(ix, &rd);
+  if (rc == KVIDX_OK && ix->evict) { /* room a stand-in had that was evicted early may have gone to
+                                        blocks: back under max_blocks, as a store would prune */
+    kvidx__lock(ix);
+    if (ix->kind == KVIDX_REFERENCE) {
+      if (ix->ref->blocks > ix->max_blocks) kvidx__ref_prune(ix, ix->evict_target, NULL, NULL);
+    } else if (ix->blocks > ix->max_blocks) {
+      kvidx__prune(ix, ix->evict_target, KVIDX__NONE, NULL);
+    }
+    kvidx__unlock(ix);
+  }
   return rc;
 }
 /* ========================================================================== */

@@ -18,8 +18,10 @@
  *     fresh index of one kind (rotating with the input length) which must
  *     answer like the reference (the fz_sweep queries, worker_blocks,
  *     stats) and pass kvidx__check (in 1 input of 2 the target's max_blocks
- *     is what the source holds, with LRS eviction or none); kvidx_dump must
- *     succeed too (1 input of 4).  The stream
+ *     is what the source holds, with LRS eviction or none; in 1 input of 4
+ *     a second target half that size with LRS eviction must load, end
+ *     within its max_blocks and pass kvidx__check); kvidx_dump must succeed
+ *     too (1 input of 4).  The stream
  *     cut short must fail, and with one bit flipped must fail (every byte is
  *     under a checksum since format version 2); each leaves the target
  *     empty, valid and usable. */
@@ -232,6 +234,21 @@ static void roundtrip(const uint8_t *data, size_t size, int srckind) {
     snprintf(what, sizeof what, "%s -> snapshot -> %s", nm[1], fz_kind_name(kinds[dst]));
     cmp_to(ix[0], t, what, bulk_hi);
     kvidx_destroy(t);
+    /* in 1 input of 4 (others than above), also into a target half as big
+     * that evicts: it must load and end within its max_blocks (BUGS.md
+     * bug 8: stand-ins or parents evicted early read as corruption) */
+    if ((size & 10) == 8 && sst.blocks > 1) {
+      t = fresh_full(kinds[(dst + 1) % 3], mw, sst.blocks / 2, KVIDX_EVICT_LRS);
+      st = read_into(t, w.p, w.n);
+      if (st != KVIDX_OK)
+        FZ_FAIL("snapshot of %s read into a %s target of %zu blocks (LRS): %d (%s)", nm[1],
+                fz_kind_name(kinds[(dst + 1) % 3]), sst.blocks / 2, st, kvidx_strerror(st));
+      kvidx_stats tst;
+      kvidx_get_stats(t, &tst);
+      if (tst.blocks > sst.blocks / 2) FZ_FAIL("smaller target holds %zu blocks, max %zu", tst.blocks, sst.blocks / 2);
+      fz_check(t, "restored into a smaller target");
+      kvidx_destroy(t);
+    }
   }
   /* damaged copies: cut short, then (format version 2 puts every byte
    * under a checksum) one bit flipped; both must fail and leave the target

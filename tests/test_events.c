@@ -676,6 +676,52 @@ static void test_snapshot_at_capacity(int src_kind, int evict) {
   kvidx_destroy(src);
 }
 
+/* A snapshot into a smaller target that evicts (LRS or expiry): it loads
+ * (before, a stand-in evicted early made its removal, or a parent evicted
+ * early made its child, look like corruption: KVIDX_ECORRUPT), stays
+ * within max_blocks, and keeps a subset of the source's holdings at the
+ * same positions (no worker scores deeper than in the source). */
+static void test_snapshot_into_smaller(int src_kind) {
+  kvidx *src = mk(src_kind, 16, 0, 0, 0), *dst;
+  t_mem m = {NULL, 0, 0, 0, -1};
+  kvidx_stats st;
+  int k, e, q4;
+  fill(src, 91 + (uint64_t)src_kind, 0);
+  kvidx_get_stats(src, &st);
+  CHECK_EQ(kvidx_snapshot_write(src, t_mem_write, &m), KVIDX_OK);
+  for (k = 0; k < 3; k++)
+    for (e = 0; e < 2; e++)
+      for (q4 = 1; q4 <= 3; q4++) {
+        size_t cap = st.blocks * (size_t)q4 / 4, i, j, l;
+        uint64_t rs = 5 + (uint64_t)q4;
+        kvidx_stats ds;
+        int sub = 1;
+        dst = mk(KINDS[k], 16, cap, e ? KVIDX_EVICT_EXPIRY : KVIDX_EVICT_LRS, 0);
+        m.pos = 0;
+        CHECK_EQ(kvidx_snapshot_read(dst, t_mem_read, &m), KVIDX_OK);
+        kvidx_get_stats(dst, &ds);
+        CHECK(ds.blocks <= cap && ds.blocks > 0);
+        CHECK_EQ(kvidx__check(dst), 0);
+        for (i = 0; i < 300 && sub; i++) {
+          kvidx_score x[16], y[16];
+          uint64_t qq[8];
+          size_t n = 1 + t_below(&rs, 8), nx, ny;
+          for (j = 0; j < n; j++) qq[j] = 1 + t_below(&rs, 4);
+          nx = kvidx_find_matches(src, qq, n, x, 16);
+          ny = kvidx_find_matches(dst, qq, n, y, 16);
+          for (j = 0; j < ny && j < 16; j++) {
+            for (l = 0; l < nx && l < 16 && (x[l].worker_id != y[j].worker_id || x[l].dp_rank != y[j].dp_rank); l++) {}
+            if (l == nx || l == 16 || y[j].depth > x[l].depth) sub = 0;
+          }
+        }
+        CHECK(sub);
+        if (!sub) fprintf(stderr, "into %s, cap %zu, evict %d: a worker scores deeper than in the source\n", KNAME[k], cap, e);
+        kvidx_destroy(dst);
+      }
+  free(m.buf);
+  kvidx_destroy(src);
+}
+
 int main(void) {
   int k;
   for (k = 0; k < 3; k++) {
@@ -698,8 +744,9 @@ int main(void) {
   for (k = 0; k < 2; k++) {
     test_snapshot_at_capacity(KINDS[1 + k], 0);
     test_snapshot_at_capacity(KINDS[1 + k], KVIDX_EVICT_LRS);
+    test_snapshot_into_smaller(KINDS[1 + k]);
   }
-  printf("snapshots: round trips across kinds, truncation, corruption, stand-ins at max_blocks\n");
+  printf("snapshots: round trips across kinds, truncation, corruption, stand-ins at max_blocks, into smaller evicting targets\n");
   printf("%d passed, %d failed\n", t_checks - t_fails, t_fails);
   return t_fails ? 1 : 0;
 }
