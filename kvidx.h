@@ -1040,7 +1040,8 @@ struct kvidx {
   uint32_t chain_hint_run, chain_hint_off; /* writer: a position's chain, */
   uint64_t chain_hint;                     /* the last store's end (run NONE: none) */
   unsigned char det_filter[KVIDX__DET_FILTER]; /* detached runs per chain >> 54,
-                                  saturating at 255 (then for good): a store
+                                  saturating at 255 (then until no detached
+                                  run is left, when all are zeroed): a store
                                   probes for one only where a count is set  */
   kvidx__map children;         /* (parent run + 1) << 8 | offset, local -> run */
   kvidx__map holds;            /* (slot << 32 | run): held, device, multi bits,
@@ -2197,6 +2198,7 @@ KVIDX__PRIV void kvidx__run_unhang(kvidx *ix, uint32_t parent, uint32_t poff, ui
     unsigned char *f = &ix->det_filter[KVIDX__DET_SLOT(key)];
     ix->detached--;
     if (*f < 255) --*f;
+    if (!ix->detached) memset(ix->det_filter, 0, sizeof ix->det_filter); /* saturated cells too */
   }
 }
 
@@ -4188,7 +4190,10 @@ KVIDX__PRIV int kvidx__check_runs(kvidx *ix) {
         KVIDX__CHK(f);
       }
     }
-    for (r = 0; r < KVIDX__DET_FILTER; r++) sum += ix->det_filter[r] < 255 ? ix->det_filter[r] : 0;
+    for (r = 0; r < KVIDX__DET_FILTER; r++) {
+      sum += ix->det_filter[r] < 255 ? ix->det_filter[r] : 0;
+      KVIDX__CHK(ix->detached || !ix->det_filter[r]); /* none left: no cell set (not even a saturated one) */
+    }
     KVIDX__CHK(det == ix->detached && sum == unsat);
   }
   return 0;
