@@ -581,9 +581,9 @@ KVIDX_API size_t kvidx_find_matches_tiered(const kvidx *ix, const uint64_t *loca
  * read (caller-buffer mode excepted): a snapshot of an index at its
  * max_blocks loads into one of the same size.  A target with cfg.evict may
  * be smaller than the snapshot: it evicts as the blocks come (recency is
- * load order), and a block whose parent it evicted is left out with
- * everything below it; what it keeps is a subset of the snapshot's
- * holdings at the same positions.
+ * load order), and a block whose parent it evicted (or, at max_blocks 1,
+ * any block with a parent) is left out with everything below it; what it
+ * keeps is a subset of the snapshot's holdings at the same positions.
  * Eviction recency restarts from load order; expiries are kept. */
 typedef int (*kvidx_event_fn)(void *ctx, const kvidx_event *ev);
 typedef int (*kvidx_write_fn)(void *ctx, const void *buf, size_t len); /* 0 = ok */
@@ -4735,6 +4735,8 @@ KVIDX__PRIV int kvidx__snap_apply(kvidx *ix, const unsigned char *r, kvidx__snap
     /* parents come first in a sound snapshot; a target smaller than the
      * snapshot that evicts may have let the parent go: the block goes too */
     if (rc == KVIDX_ENOPARENT) return ix->evict ? KVIDX_OK : KVIDX_ECORRUPT;
+    if (rc == KVIDX_EFULL && ix->evict && r[2] == 1 && ix->max_blocks < 2) return KVIDX_OK; /* it keeps
+                                   no block with its parent: this one goes as it comes */
     return rc;
   }
   if (r[0] == 2) {

@@ -678,7 +678,8 @@ static void test_snapshot_at_capacity(int src_kind, int evict) {
 
 /* A snapshot into a smaller target that evicts (LRS or expiry): it loads
  * (before, a stand-in evicted early made its removal, or a parent evicted
- * early made its child, look like corruption: KVIDX_ECORRUPT), stays
+ * early made its child, look like corruption: KVIDX_ECORRUPT; at
+ * max_blocks 1 a block with a parent was refused: KVIDX_EFULL), stays
  * within max_blocks, and keeps a subset of the source's holdings at the
  * same positions (no worker scores deeper than in the source). */
 static void test_snapshot_into_smaller(int src_kind) {
@@ -691,8 +692,8 @@ static void test_snapshot_into_smaller(int src_kind) {
   CHECK_EQ(kvidx_snapshot_write(src, t_mem_write, &m), KVIDX_OK);
   for (k = 0; k < 3; k++)
     for (e = 0; e < 2; e++)
-      for (q4 = 1; q4 <= 3; q4++) {
-        size_t cap = st.blocks * (size_t)q4 / 4, i, j, l;
+      for (q4 = 0; q4 <= 3; q4++) { /* q4 0: max_blocks 1, which keeps no block with its parent */
+        size_t cap = q4 ? st.blocks * (size_t)q4 / 4 : 1, i, j, l;
         uint64_t rs = 5 + (uint64_t)q4;
         kvidx_stats ds;
         int sub = 1;
