@@ -192,8 +192,8 @@
  *   down; a 1,024-cell counting filter of detached chains spares a store
  *   the child-map probe for all but a few of its new positions.  A dump
  *   writes a detached run's first block (a stand-in it removes again: nobody
- *   holds it) as a Stored event with .detached set (snapshot format version
- *   3, written when the index has detached runs).
+ *   holds it) as a Stored event with .detached set (snapshot format
+ *   version 4, with .stand_in set too).
  *
  *   Concurrency: readers copy one run at a time under its seqlock and probe
  *   the child map (its table, then the one draining), validated by the map's
@@ -259,6 +259,11 @@
  *          returns; kvidx_event.detached, snapshot format version 3
  *          (versions 1 and 2 are read).  A refused store gives the runs
  *          it grew their length back (it kept the positions it appended).
+ *          Snapshot format version 4 marks stand-in records
+ *          (kvidx_event.stand_in): a snapshot taken at max_blocks loads
+ *          into an index of the same size (it failed, or evicted real
+ *          blocks); an evicting target smaller than a snapshot loads a
+ *          subset of it (it failed with KVIDX_ECORRUPT).
  *   0.1.0  first release: hashing, reference model, radix and positional
  *          indexes, caller-buffer mode, seqlock reader path, event ids,
  *          storage tiers, eviction policies and TTL mode, dumps and binary
@@ -1052,6 +1057,7 @@ struct kvidx {
   kvidx__ref *ref;
   /* eviction (cfg.evict) */
   size_t evict_target;
+  uint64_t pruned;             /* blocks the size bound evicted so far      */
   uint64_t stamp, seqno;
   kvidx__victim *heap;
   size_t heap_n, heap_cap;
@@ -2770,6 +2776,7 @@ KVIDX__PRIV void kvidx__prune(kvidx *ix, size_t limit, uint32_t ps, const uint64
     top = ix->heap[0];
     kvidx__heap_pop(ix);
     kvidx__unhold(ix, s, kvidx__map_find(ix, &ix->slots[s].seqs, &top.seq));
+    ix->pruned++;
     if (!ix->slots[s].blocks && s != ps) kvidx__slot_release(ix, s);
   }
   if (kept) {
@@ -4504,19 +4511,22 @@ KVIDX_DEF int kvidx_dump(const kvidx *cix, kvidx_event_fn emit, void *ctx) {
  *   type 2 Removed:      a seq (tier 255 = every copy)
  *   type 3 event id:     a last event id, b the stream's generation (read
  *                        back as is; not checked)
- *   flags: 0, or (version 3, types 1 and 2) 1: a stand-in ancestor's
+ *   flags: 0, or (version 4, types 1 and 2) 1: a stand-in ancestor's
  *   Stored record or its Removed record (kvidx_event.stand_in).  The
  *   reader lets stand-ins go past the target's max_blocks (they are gone
  *   when the stream ends), so a snapshot taken at max_blocks loads back
  *   into an index of the same size; every stand-in stored must be removed
  *   again by the end of the stream (else KVIDX_ECORRUPT).  Not in caller-
- *   buffer mode, whose memory is sized by max_blocks: there stand-ins count.
- * Version 3 is version 2 with detached blocks and flags, written when the
- * index has detached runs or a worker has a hole; otherwise version 2 is
- * written (builds before version 3 read it).  Versions 1-3 are read.
+ *   buffer mode, whose memory is sized by max_blocks: there stand-ins count
+ *   (and in streams before version 4, which do not mark them).
+ * Version 3 is version 2 with detached blocks; version 4 is version 3 with
+ * flags.  Version 4 is written when a worker has a hole or the index has
+ * detached runs (a detached run's first block is written as a stand-in),
+ * else version 2, so builds before version 4 read what does not need it
+ * and refuse the rest with KVIDX_EVERSION.  Versions 1-4 are read.
  * Version 2: everything is verified before it is applied, and a
  * stream of L bytes costs O(L) work and memory.
- *   header (48 bytes): "KVIDXSNP", u32 version = 2 (3), u32 record size = 48,
+ *   header (48 bytes): "KVIDXSNP", u32 version = 2 (3, 4), u32 record size = 48,
  *     u64 record count N, u64 stream length L = 48 + 48 N + 8 ceil(N / 64),
  *     u32 records per chunk = 64, u32 0, u64 XXH3-64 (seed 0) of the 40
  *     bytes before it
@@ -4534,7 +4544,7 @@ KVIDX_DEF int kvidx_dump(const kvidx *cix, kvidx_event_fn emit, void *ctx) {
  *   one single-block store, removal or event id (work and memory O(bytes
  *   read)), and a bad checksum at the end empties the target again.
  * Unknown types, flags or a short read fail the whole read. */
-#define KVIDX__SNAP_VERSION 3u
+#define KVIDX__SNAP_VERSION 4u
 #define KVIDX__SNAP_REC 48
 #define KVIDX__SNAP_HDR 48
 #define KVIDX__SNAP_CHUNK 64 /* records per checksummed chunk */
@@ -4545,7 +4555,7 @@ typedef struct {
   int counting;   /* first pass: only count the records */
   int failed;
   uint64_t count; /* records so far */
-  uint64_t stand_ins; /* stand-in records so far (they need version 3) */
+  uint64_t stand_ins; /* stand-in records so far (they need version 4) */
   uint64_t seed;  /* the previous checksum */
   size_t nbuf;    /* records in buf */
   unsigned char buf[KVIDX__SNAP_CHUNK * KVIDX__SNAP_REC + 8];
@@ -4649,7 +4659,7 @@ KVIDX_DEF int kvidx_snapshot_write(const kvidx *cix, kvidx_write_fn write, void 
   if (rc == KVIDX_OK) {
     memset(h, 0, sizeof h);
     memcpy(h, "KVIDXSNP", 8);
-    h[8] = ix->detached || w.stand_ins ? KVIDX__SNAP_VERSION : 2u; /* readable by builds before 3 when it can be */
+    h[8] = w.stand_ins || ix->detached ? KVIDX__SNAP_VERSION : 2u; /* 2 when it holds the index (see above) */
     h[12] = KVIDX__SNAP_REC;
     kvidx__put64(h + 16, n);
     kvidx__put64(h + 24, KVIDX__SNAP_HDR + n * KVIDX__SNAP_REC + (n + KVIDX__SNAP_CHUNK - 1) / KVIDX__SNAP_CHUNK * 8);
@@ -4699,7 +4709,15 @@ typedef struct {
   uint64_t stand_ins; /* stand-ins stored and not removed yet               */
   size_t max_blocks;  /* the target's own; max_blocks is raised by stand_ins
                          while the stream is read (heap mode)               */
+  uint64_t pruned;    /* ix->pruned when the read began                     */
+  uint64_t dropped;   /* blocks the target could never keep, left out       */
 } kvidx__snapr;
+
+/* Whether the read has lost a block (the target evicted or left one out):
+ * only then may a parent be missing or a removal find nothing. */
+KVIDX__PRIV int kvidx__snap_lossy(const kvidx *ix, const kvidx__snapr *rd) {
+  return ix->evict && (ix->pruned != rd->pruned || rd->dropped);
+}
 
 /* The target's capacity while a snapshot is read: max_blocks plus the
  * stand-ins it holds (caller-buffer mode: max_blocks, which sized its
@@ -4713,13 +4731,13 @@ KVIDX__PRIV void kvidx__snap_room(kvidx *ix, const kvidx__snapr *rd) {
 }
 
 /* Applies one record (types 1-3) of any version (a detached store, r[2] 2,
- * and the stand-in flag only from version 3). */
+ * only from version 3, the stand-in flag from version 4). */
 KVIDX__PRIV int kvidx__snap_apply(kvidx *ix, const unsigned char *r, kvidx__snapr *rd) {
   uint32_t rank = kvidx__get32(r + 4);
   uint64_t worker = kvidx__get64(r + 8), a = kvidx__get64(r + 16), b = kvidx__get64(r + 24),
            c = kvidx__get64(r + 32), d = kvidx__get64(r + 40);
   int rc, stand_in = r[3] == 1;
-  if (r[3] > (rd->version >= 3 && r[0] != 3 ? 1 : 0)) return KVIDX_ECORRUPT;
+  if (r[3] > (rd->version >= 4 && r[0] != 3 ? 1 : 0)) return KVIDX_ECORRUPT;
   if (r[0] == 1) {
     kvidx_block blk;
     if (r[1] > KVIDX_TIER_DISK || r[2] > (rd->version >= 3 ? 2 : 1) || (r[2] != 1 && a) ||
@@ -4733,17 +4751,21 @@ KVIDX__PRIV int kvidx__snap_apply(kvidx *ix, const unsigned char *r, kvidx__snap
     }
     rc = kvidx__store(ix, worker, rank, r[2] == 1 ? &a : NULL, &blk, 1, r[1], d, r[2] == 2);
     /* parents come first in a sound snapshot; a target smaller than the
-     * snapshot that evicts may have let the parent go: the block goes too */
-    if (rc == KVIDX_ENOPARENT) return ix->evict ? KVIDX_OK : KVIDX_ECORRUPT;
-    if (rc == KVIDX_EFULL && ix->evict && r[2] == 1 && ix->max_blocks < 2) return KVIDX_OK; /* it keeps
-                                   no block with its parent: this one goes as it comes */
-    return rc;
+     * snapshot that evicts may have let the parent go (or, at max_blocks
+     * 1, never keep a block with its parent): the block goes too */
+    if ((rc == KVIDX_ENOPARENT && kvidx__snap_lossy(ix, rd)) ||
+        (rc == KVIDX_EFULL && ix->evict && r[2] == 1 && ix->max_blocks < 2)) {
+      rd->dropped++;
+      return KVIDX_OK;
+    }
+    return rc == KVIDX_ENOPARENT ? KVIDX_ECORRUPT : rc;
   }
   if (r[0] == 2) {
     if (r[1] != KVIDX_TIER_ALL || r[2] || b || c || d || (stand_in && !rd->stand_ins)) return KVIDX_ECORRUPT;
     rc = kvidx__remove(ix, worker, rank, &a, 1, KVIDX_TIER_ALL);
-    if (rc != KVIDX_OK && !(rc == KVIDX_ENOENT && stand_in && ix->evict)) /* (evicted already) */
-      return KVIDX_ECORRUPT;
+    /* a dump removes only stand-ins: one may be gone already (evicted, or
+     * left out), flagged or not (streams before version 4) */
+    if (rc != KVIDX_OK && !(rc == KVIDX_ENOENT && kvidx__snap_lossy(ix, rd))) return KVIDX_ECORRUPT;
     if (stand_in) { /* gone: its room goes too */
       rd->stand_ins--;
       kvidx__snap_room(ix, rd);
@@ -4789,7 +4811,7 @@ KVIDX__PRIV int kvidx__snap_read_v1(kvidx *ix, kvidx_read_fn read, void *ctx, co
   }
 }
 
-/* Versions 2 and 3: the header, then each chunk verified before it is
+/* Versions 2 to 4: the header, then each chunk verified before it is
  * applied. */
 KVIDX__PRIV int kvidx__snap_read_v2(kvidx *ix, kvidx_read_fn read, void *ctx, unsigned char *h, kvidx__snapr *rd) {
   unsigned char buf[KVIDX__SNAP_CHUNK * KVIDX__SNAP_REC + 8];
@@ -4820,7 +4842,7 @@ KVIDX__PRIV int kvidx__snap_read_all(kvidx *ix, kvidx_read_fn read, void *ctx, k
   if (kvidx__read_full(read, ctx, h, 24) != 24) return KVIDX_ETRUNCATED;
   if (memcmp(h, "KVIDXSNP", 8)) return KVIDX_ECORRUPT;
   rd->version = kvidx__get32(h + 8);
-  if (rd->version < 1 || rd->version > 3) return KVIDX_EVERSION;
+  if (rd->version < 1 || rd->version > KVIDX__SNAP_VERSION) return KVIDX_EVERSION;
   if (kvidx__get32(h + 12) != KVIDX__SNAP_REC) return KVIDX_ECORRUPT;
   rc = rd->version == 1 ? kvidx__snap_read_v1(ix, read, ctx, h, rd) : kvidx__snap_read_v2(ix, read, ctx, h, rd);
   return rc == KVIDX_OK && rd->stand_ins ? KVIDX_ECORRUPT : rc; /* a stand-in must not stay */
@@ -4834,8 +4856,9 @@ KVIDX_DEF int kvidx_snapshot_read(kvidx *ix, kvidx_read_fn read, void *ctx) {
   kvidx_get_stats(ix, &st);
   if (st.blocks || ix->evtab_n) return KVIDX_EINVAL; /* the target must be empty */
   rd.version = 0;
-  rd.stand_ins = 0;
+  rd.stand_ins = rd.dropped = 0;
   rd.max_blocks = ix->max_blocks;
+  rd.pruned = ix->pruned;
   rc = kvidx__snap_read_all(ix, read, ctx, &rd);
   if (rc != KVIDX_OK) kvidx__empty(ix);
   rd.stand_ins = 0; /* the configured capacity again */
@@ -4954,6 +4977,7 @@ KVIDX__PRIV void kvidx__ref_prune(kvidx *ix, size_t limit, kvidx__rworker *pw, c
     }
     if (!best) return;
     kvidx__ref_drop_block(ix, bw, best);
+    ix->pruned++;
     if (bw != pw) kvidx__ref_forget_if_empty(ix, bw); /* the storing worker keeps its reserved maps */
   }
 }

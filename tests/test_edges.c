@@ -194,7 +194,7 @@ static void test_bad_records(void) {
     CHECK_EQ(read_one_record_v(k, r, 3), KVIDX_ECORRUPT);
     r[16] = 0;
     r[2] = 0;
-    { /* stand-in flags (version 3): a stand-in stored and removed again
+    { /* stand-in flags (version 4): a stand-in stored and removed again
          loads, past max_blocks; one left standing, a flag of 2, a flag in
          version 2 or a flagged removal with no stand-in stored are not */
       unsigned char two[3 * 48];
@@ -208,17 +208,22 @@ static void test_bad_records(void) {
       two[96 + 1] = 255;
       memcpy(two + 96 + 16, two + 48 + 32, 8); /* a = the stand-in's seq */
       memset(two + 96 + 24, 0, 24);
-      CHECK_EQ(read_records_v(k, two, 3, 3, &blocks, 1), KVIDX_OK);
+      CHECK_EQ(read_records_v(k, two, 3, 4, &blocks, 1), KVIDX_OK);
       CHECK_EQ(blocks, 1);
       CHECK_EQ(read_records_v(k, two, 3, 2, &blocks, 0), KVIDX_ECORRUPT);
-      CHECK_EQ(read_records_v(k, two, 2, 3, &blocks, 0), KVIDX_ECORRUPT); /* left standing */
+      CHECK_EQ(read_records_v(k, two, 3, 3, &blocks, 0), KVIDX_ECORRUPT); /* flags: version 4 only */
+      CHECK_EQ(read_records_v(k, two, 3, 5, &blocks, 0), KVIDX_EVERSION);
+      CHECK_EQ(read_records_v(k, two, 2, 4, &blocks, 0), KVIDX_ECORRUPT); /* left standing */
       two[96 + 3] = 0; /* removed unflagged: its room stays, the stream ends with one */
-      CHECK_EQ(read_records_v(k, two, 3, 3, &blocks, 0), KVIDX_ECORRUPT);
+      CHECK_EQ(read_records_v(k, two, 3, 4, &blocks, 0), KVIDX_ECORRUPT);
       two[96 + 3] = 1;
+      two[96 + 16] ^= 1; /* a flagged removal of a seq not held, nothing evicted: not a stand-in's */
+      CHECK_EQ(read_records_v(k, two, 3, 4, &blocks, 0), KVIDX_ECORRUPT);
+      two[96 + 16] ^= 1;
       two[48 + 3] = 0; /* a flagged removal with no stand-in stored */
-      CHECK_EQ(read_records_v(k, two, 3, 3, &blocks, 0), KVIDX_ECORRUPT);
+      CHECK_EQ(read_records_v(k, two, 3, 4, &blocks, 0), KVIDX_ECORRUPT);
       two[48 + 3] = 2;
-      CHECK_EQ(read_records_v(k, two, 3, 3, &blocks, 0), KVIDX_ECORRUPT);
+      CHECK_EQ(read_records_v(k, two, 3, 4, &blocks, 0), KVIDX_ECORRUPT);
     }
   }
 }
