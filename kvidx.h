@@ -3533,6 +3533,13 @@ KVIDX__PRIV uint64_t kvidx__pick_seed(const kvidx_config *cfg, const void *where
 }
 
 /* Lay out the fixed part (and the arena in buffer mode) from mem. */
+/* The shared maps max_blocks bounds (a reservation asks for no more): a
+ * holding (worker, run) has >= 1 held block, a multi position >= 2. */
+KVIDX__PRIV void kvidx__bound_by_blocks(kvidx *ix) {
+  ix->holds.most = ix->max_blocks;
+  ix->multi.most = KVIDX__MULTI_MAX(ix->max_blocks);
+}
+
 KVIDX__PRIV kvidx *kvidx__setup(const kvidx_config *cfg, const kvidx__plan *pl, unsigned char *mem, int buffer) {
   kvidx *ix = KVIDX__RCAST(kvidx *, mem);
   uint32_t i;
@@ -3578,11 +3585,10 @@ KVIDX__PRIV kvidx *kvidx__setup(const kvidx_config *cfg, const kvidx__plan *pl, 
   kvidx__map_init(&ix->children, 3, 2, 0, 1);
   kvidx__map_init(&ix->holds, ix->tiers_on ? 5u : 4u, 1, 0, 0);
   kvidx__map_init(&ix->multi, 3, 2, 0, 0);
-  /* what bounds each shared map: a run has >= 1 entry, a holding (worker,
-   * run) >= 1 held block, a multi position >= 2 */
+  /* what bounds each shared map: a run has >= 1 entry (the rest: see
+   * kvidx__bound_by_blocks) */
   ix->children.most = pl->max_entries;
-  ix->holds.most = pl->max_blocks;
-  ix->multi.most = KVIDX__MULTI_MAX(pl->max_blocks);
+  kvidx__bound_by_blocks(ix);
   ix->slot_map.most = pl->max_workers;
   if (buffer) {
     ix->arena.next = mem;
@@ -4725,8 +4731,7 @@ KVIDX__PRIV int kvidx__snap_lossy(const kvidx *ix, const kvidx__snapr *rd) {
 KVIDX__PRIV void kvidx__snap_room(kvidx *ix, const kvidx__snapr *rd) {
   kvidx__lock(ix);
   ix->max_blocks = rd->max_blocks + (ix->buffer_mode ? 0 : KVIDX__CAST(size_t, rd->stand_ins));
-  ix->holds.most = ix->max_blocks;
-  ix->multi.most = KVIDX__MULTI_MAX(ix->max_blocks);
+  kvidx__bound_by_blocks(ix);
   kvidx__unlock(ix);
 }
 

@@ -122,7 +122,7 @@ static void le64(unsigned char *p, uint64_t v) {
   for (i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 static int read_records_v(int kind, const unsigned char *recs, int n, unsigned version, size_t *blocks,
-                          size_t max_blocks) {
+                          size_t max_blocks, int evict) {
   unsigned char s[48 + 4 * 48 + 8], *p = s;
   kvidx_config c;
   kvidx *ix = NULL;
@@ -141,6 +141,7 @@ static int read_records_v(int kind, const unsigned char *recs, int n, unsigned v
   memset(&c, 0, sizeof c);
   c.kind = kind;
   c.max_blocks = max_blocks;
+  c.evict = evict;
   if (kvidx_create(&ix, &c) != KVIDX_OK) exit(2);
   rc = kvidx_snapshot_read(ix, rd, &p);
   memset(&st, 0, sizeof st);
@@ -153,7 +154,7 @@ static int read_records_v(int kind, const unsigned char *recs, int n, unsigned v
 }
 static int read_one_record_v(int kind, const unsigned char *r48, unsigned version) {
   size_t blocks;
-  int rc = read_records_v(kind, r48, 1, version, &blocks, 0);
+  int rc = read_records_v(kind, r48, 1, version, &blocks, 0, 0);
   CHECK_EQ(blocks, rc == KVIDX_OK ? 1 : 0);
   return rc;
 }
@@ -208,22 +209,29 @@ static void test_bad_records(void) {
       two[96 + 1] = 255;
       memcpy(two + 96 + 16, two + 48 + 32, 8); /* a = the stand-in's seq */
       memset(two + 96 + 24, 0, 24);
-      CHECK_EQ(read_records_v(k, two, 3, 4, &blocks, 1), KVIDX_OK);
+      CHECK_EQ(read_records_v(k, two, 3, 4, &blocks, 1, 0), KVIDX_OK);
       CHECK_EQ(blocks, 1);
-      CHECK_EQ(read_records_v(k, two, 3, 2, &blocks, 0), KVIDX_ECORRUPT);
-      CHECK_EQ(read_records_v(k, two, 3, 3, &blocks, 0), KVIDX_ECORRUPT); /* flags: version 4 only */
-      CHECK_EQ(read_records_v(k, two, 3, 5, &blocks, 0), KVIDX_EVERSION);
-      CHECK_EQ(read_records_v(k, two, 2, 4, &blocks, 0), KVIDX_ECORRUPT); /* left standing */
+      CHECK_EQ(read_records_v(k, two, 3, 2, &blocks, 0, 0), KVIDX_ECORRUPT);
+      CHECK_EQ(read_records_v(k, two, 3, 3, &blocks, 0, 0), KVIDX_ECORRUPT); /* flags: version 4 only */
+      CHECK_EQ(read_records_v(k, two, 3, 5, &blocks, 0, 0), KVIDX_EVERSION);
+      CHECK_EQ(read_records_v(k, two, 2, 4, &blocks, 0, 0), KVIDX_ECORRUPT); /* left standing */
       two[96 + 3] = 0; /* removed unflagged: its room stays, the stream ends with one */
-      CHECK_EQ(read_records_v(k, two, 3, 4, &blocks, 0), KVIDX_ECORRUPT);
+      CHECK_EQ(read_records_v(k, two, 3, 4, &blocks, 0, 0), KVIDX_ECORRUPT);
       two[96 + 3] = 1;
-      two[96 + 16] ^= 1; /* a flagged removal of a seq not held, nothing evicted: not a stand-in's */
-      CHECK_EQ(read_records_v(k, two, 3, 4, &blocks, 0), KVIDX_ECORRUPT);
+      two[96 + 16] ^= 1; /* a flagged removal of a seq not held, in a target that evicts but */
+      CHECK_EQ(read_records_v(k, two, 3, 4, &blocks, 1000, KVIDX_EVICT_LRS), KVIDX_ECORRUPT); /* evicted nothing */
       two[96 + 16] ^= 1;
+      memcpy(two + 48, r, 48); /* a block whose parent never came, the same target */
+      two[48 + 2] = 1;
+      two[48 + 16] = 0x55;
+      CHECK_EQ(read_records_v(k, two, 2, 4, &blocks, 1000, KVIDX_EVICT_LRS), KVIDX_ECORRUPT);
+      memcpy(two + 48, r, 48); /* the stand-in again */
+      two[48 + 3] = 1;
+      two[48 + 8] = 7;
       two[48 + 3] = 0; /* a flagged removal with no stand-in stored */
-      CHECK_EQ(read_records_v(k, two, 3, 4, &blocks, 0), KVIDX_ECORRUPT);
+      CHECK_EQ(read_records_v(k, two, 3, 4, &blocks, 0, 0), KVIDX_ECORRUPT);
       two[48 + 3] = 2;
-      CHECK_EQ(read_records_v(k, two, 3, 4, &blocks, 0), KVIDX_ECORRUPT);
+      CHECK_EQ(read_records_v(k, two, 3, 4, &blocks, 0, 0), KVIDX_ECORRUPT);
     }
   }
 }
