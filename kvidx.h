@@ -121,14 +121,17 @@
  *     +-----+--------+--------------------------------+-------+--------+---------+------+------+
  *       seqlock          shape (len 0 = free)           :16    word indices      (a)    (b)
  *     (a) children hanging below; a free run's link in the free list.
- *     (b) a hint: the last run made below this run's last block (where a
- *         long store's next 64 blocks go).  Below a run with one child the
- *         walk tries it before the child map, reads it like any run, and
- *         believes it only if it hangs
- *         below (this run, last offset) and starts with the query's next
- *         local: the child map holds one run per such key, so that is the
- *         run the probe would find.  Along a chain of hints the walk asks
- *         for the next runs' lines a step or two ahead.
+ *     (b) a hint: the last run hung below this run, at any offset (a
+ *         long store's next 64 blocks, or the next turn of a conversation,
+ *         which leaves the run where the last turn's partial block did);
+ *         nhold's top byte says at which offset.  Below a run with one
+ *         child, where the query leaves the run at that offset, the walk
+ *         tries it before the child map, reads it like any run, and
+ *         believes it only if it hangs below (this run, that offset) and
+ *         starts with the query's next local: the child map holds one run
+ *         per such key, so that is the run the probe would find.  Along a
+ *         chain of hints the walk asks for the next runs' lines a step or
+ *         two ahead.
  *   locals:  [local 0][local 1]...[local len-1]          (2^lclass words)
  *   holders: [slot:32 | cutoff:32]([device bits]) x nhold (2^hclass words)
  *     cutoff = how many leading blocks of the run that worker holds; the
@@ -934,19 +937,22 @@ typedef struct {
   KVIDX__A(uint32_t) shape;   /* len | parent offset << 8 | locals class << 16
                                  | holders class << 24; len 0 = a free run     */
   KVIDX__A(uint32_t) nhold;   /* low 16 bits: holder entries in use (read them
-                                 with KVIDX__NHOLD); high 16: the checker's
-                                 count of children, zero otherwise            */
+                                 with KVIDX__NHOLD); bits 16-23: the checker's
+                                 count of children, zero otherwise; top 8: the
+                                 offset cont hangs at (KVIDX__CONT_OFF)       */
   KVIDX__A(uint32_t) locals;  /* word index of the locals chunk                */
   KVIDX__A(uint32_t) holders; /* word index of the holder chunk                */
   KVIDX__A(uint32_t) kids;    /* child runs hanging below: readers and stores
                                  skip the child map when there are none; in a
                                  free run (kids 0), the next free run         */
-  KVIDX__A(uint32_t) cont;    /* a hint: the last run made below this run's
-                                 last block (a long store's next 64), or NONE;
-                                 the walk tries it before the child map and
-                                 believes it only if it checks out            */
+  KVIDX__A(uint32_t) cont;    /* a hint: the last run hung below this run (a
+                                 long store's next 64, a conversation's next
+                                 turn), or NONE; the walk tries it before the
+                                 child map and believes it only if it checks
+                                 out                                           */
 } kvidx__run;
 #define KVIDX__NHOLD(word) ((word) & 0xFFFFu)
+#define KVIDX__CONT_OFF(word) ((word) >> 24)
 #define KVIDX__DETACHED 64u /* parent offset of a detached run (see kvidx__run_detach) */
 #define KVIDX__DET_FILTER 1024u
 #define KVIDX__DET_SLOT(chain) KVIDX__CAST(uint32_t, (chain) >> 54)
@@ -2187,8 +2193,11 @@ KVIDX__PRIV void kvidx__run_hang(kvidx *ix, uint32_t r, uint32_t parent, uint32_
     kvidx__run *pn = kvidx__run_at(ix, parent);
     kvidx__kids_add(ix, parent, 1);
     /* release: a reader that takes the hint finds r's record written (a
-     * fresh record's memory is not zeroed) */
-    if (poff + 1 == KVIDX__LEN(kvidx__ld(&pn->shape))) kvidx__st_rel(&pn->cont, r);
+     * fresh record's memory is not zeroed); the offset goes with it (a
+     * reader that pairs an old offset with the new hint finds a run that
+     * does not check out, and asks the child map) */
+    kvidx__st(&pn->nhold, (kvidx__ld(&pn->nhold) & 0x00FFFFFFu) | poff << 24);
+    kvidx__st_rel(&pn->cont, r);
   } else if (poff == KVIDX__DETACHED) {
     unsigned char *f = &ix->det_filter[KVIDX__DET_SLOT(key)];
     ix->detached++;
@@ -2427,7 +2436,7 @@ KVIDX__PRIV uint32_t kvidx__holder_add(kvidx *ix, uint32_t r, uint32_t s) {
   if (ix->hw > 1) kvidx__st(kvidx__word(ix, nhi + nh * ix->hw + 1), KVIDX__CAST(uint64_t, 0));
   kvidx__st(&rn->holders, nhi);
   kvidx__st(&rn->shape, KVIDX__SHAPE(KVIDX__LEN(shape), KVIDX__POFF(shape), KVIDX__LCLS(shape), nhc));
-  kvidx__st(&rn->nhold, nh + 1);
+  kvidx__st(&rn->nhold, (kvidx__ld(&rn->nhold) & 0xFF000000u) | (nh + 1));
   kvidx__run_wend(rn);
   if (nhi != hi && hc != KVIDX__NOCLASS) kvidx__chunk_free(ix, hi, hc);
   return nh;
@@ -2477,7 +2486,7 @@ KVIDX__PRIV void kvidx__hold_drop(kvidx *ix, uint32_t r, uint32_t at) {
     for (k = 0; k < ix->hw; k++) kvidx__st(&dst[k], kvidx__ld(&src[k]));
     kvidx__st(&kvidx__map_at(&ix->holds, kvidx__hold_find(ix, moved, r))[KVIDX__H_INDEX], KVIDX__CAST(uint64_t, j));
   }
-  kvidx__st(&rn->nhold, last);
+  kvidx__st(&rn->nhold, (kvidx__ld(&rn->nhold) & 0xFF000000u) | last);
   kvidx__run_wend(rn);
   kvidx__map_delete(ix, &ix->holds, at);
   kvidx__run_release(ix, r);
@@ -3260,7 +3269,7 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
   uint64_t act[KVIDX__NW_MAX], seen[KVIDX__NW_MAX];
   uint32_t hits[KVIDX_WORKERS_MAX];
   uint32_t nw = rc->nw, r, w, hw = ix->hw, first = 1, prev = KVIDX__NONE, poff = 0, nhits = 0, m = 0, j, kids = 0;
-  uint32_t len = 0, cont = KVIDX__NONE, hinted = 0; /* hinted: r is the last run's cont, not the child map's */
+  uint32_t len = 0, cont = KVIDX__NONE, cont_off = 0, hinted = 0; /* hinted: r is the last run's cont, not the child map's */
   uint32_t ahead1 = KVIDX__NONE, ahead2 = KVIDX__NONE; /* the cont chain past r, being warmed */
   size_t p = 0;
   if (!n) return;
@@ -3271,13 +3280,14 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
     uint32_t tries;
     int ok = 0;
     for (tries = 0; rn && tries < rc->max_tries && !ok; tries++) {
-      uint32_t v1 = kvidx__ld_acq(&rn->ver), shape, nh, max;
+      uint32_t v1 = kvidx__ld_acq(&rn->ver), shape, nh, max, hword;
       KVIDX__A(uint64_t) *lw, *hp = NULL;
       if (tries) kvidx__backoff(tries);
       if (v1 & 1) continue;
       shape = kvidx__ld(&rn->shape);
       len = KVIDX__LEN(shape);
-      nh = KVIDX__NHOLD(kvidx__ld(&rn->nhold));
+      hword = kvidx__ld(&rn->nhold);
+      nh = KVIDX__NHOLD(hword);
       if (!len || kvidx__ld(&rn->parent) != prev || KVIDX__POFF(shape) != poff) {
         kvidx__fence_acq(); /* freed, or reused for another path: a miss if that is stable */
         if (kvidx__ld(&rn->ver) == v1) ok = 2;
@@ -3291,10 +3301,11 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
       if (!tries) kvidx__warm_chunks(lw, 8, len, hp, nh * hw); /* the first locals line is read next */
       kids = kvidx__ld(&rn->kids);
       cont = kvidx__ld(&rn->cont);
+      cont_off = KVIDX__CONT_OFF(hword);
       max = n - p < len ? KVIDX__CAST(uint32_t, n - p) : len;
       for (m = 0; m < max && kvidx__ld(&lw[m]) == loc[p + m]; m++) {}
       if (hinted && !m) break; /* a sibling, not the query's path: ask the child map */
-      if (m && p + m < n && kids && !(m == len && cont != KVIDX__NONE && kids == 1))
+      if (m && p + m < n && kids && !(cont_off + 1 == m && cont != KVIDX__NONE && kids == 1))
         kvidx__child_prefetch(ix, r, m - 1, loc[p + m]); /* the probe after this run: ask now, use after the holders */
       for (nhits = 0, j = 0; j < nh; j++) {
         uint64_t e = kvidx__ld(&hp[j * hw]);
@@ -3333,11 +3344,13 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
      * the walk is on a cont chain (r came by its hint), the misses overlap:
      * the next run's locals and holders were asked for one step ago, the
      * record after it two steps ago.  Off a chain, only the hinted record is
-     * asked for.  The hint is taken only below a run with one child: where
-     * runs branch (a shared system prompt's end) the last child made is
-     * rarely the query's, and reading it cost the median query two misses
-     * (W64 F16 p50 +15%). */
-    if (m == len && cont != KVIDX__NONE && kids == 1 && p + m < n) {
+     * asked for.  The hint is taken only below a run with one child, where
+     * the query leaves the run at the hint's offset: where runs branch (a
+     * shared system prompt's end) the last child made is rarely the
+     * query's, and reading it cost the median query two misses (W64 F16 p50
+     * +15%); a query that leaves the run elsewhere would read a record
+     * that cannot be its child. */
+    if (cont_off + 1 == m && cont != KVIDX__NONE && kids == 1 && p + m < n) {
       if (hinted) {
         uint32_t after;
         if (ahead1 != cont) ahead2 = kvidx__walk_peek(ix, cont, hw); /* joined the chain here */
@@ -3377,7 +3390,7 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
     prev = r;
     poff = m - 1;
     if (!kids) r = KVIDX__NONE;
-    else if (m == len && cont != KVIDX__NONE && kids == 1) r = cont, hinted = 1;
+    else if (cont_off + 1 == m && cont != KVIDX__NONE && kids == 1) r = cont, hinted = 1;
     else r = kvidx__child_probe(ix, rc, r, m - 1, loc[p]);
   }
   for (w = 0; w < nw; w++) /* still matching where the walk ended */
@@ -4148,36 +4161,44 @@ KVIDX__PRIV int kvidx__check_runs(kvidx *ix) {
     } else {
       KVIDX__CHK(KVIDX__POFF(shape) == 0 || KVIDX__POFF(shape) == KVIDX__DETACHED);
     }
-    KVIDX__CHK(kvidx__ld(&rn->nhold) <= 0xFFFFu); /* no count left behind by a checker */
-    KVIDX__CHK(kvidx__ld(&rn->nhold) || kvidx__ld(&rn->kids)); /* nobody holds it and nothing hangs below: freed */
+    KVIDX__CHK((kvidx__ld(&rn->nhold) & 0x00FF0000u) == 0); /* no count left behind by a checker */
+    { /* the hint's offset went with it: a hint still hanging here says where */
+      uint32_t c = kvidx__ld(&rn->cont);
+      kvidx__run *cn = c != KVIDX__NONE && c < ix->runs_hw ? kvidx__run_at(ix, c) : NULL;
+      KVIDX__CHK(c == KVIDX__NONE || c < ix->runs_hw);
+      KVIDX__CHK(!cn || !KVIDX__LEN(kvidx__ld(&cn->shape)) || kvidx__ld(&cn->parent) != r ||
+                 KVIDX__POFF(kvidx__ld(&cn->shape)) == KVIDX__CONT_OFF(kvidx__ld(&rn->nhold)));
+    }
+    KVIDX__CHK(KVIDX__NHOLD(kvidx__ld(&rn->nhold)) || kvidx__ld(&rn->kids)); /* nobody holds it and nothing hangs below: freed */
     /* nobody holds it: at the top (root or detached), unless its chain was
      * taken by another detached run (a chain collision) */
-    KVIDX__CHK(kvidx__ld(&rn->nhold) || kvidx__ld(&rn->parent) == KVIDX__NONE ||
+    KVIDX__CHK(KVIDX__NHOLD(kvidx__ld(&rn->nhold)) || kvidx__ld(&rn->parent) == KVIDX__NONE ||
                kvidx__child_find(ix, KVIDX__NONE, KVIDX__DETACHED, kvidx__chain_at(ix, r, 0)) != KVIDX__NONE);
-    KVIDX__CHK(kvidx__ld(&rn->nhold) == 0 || (KVIDX__HCLS(shape) != KVIDX__NOCLASS &&
-                                               kvidx__ld(&rn->nhold) * ix->hw <= (1u << KVIDX__HCLS(shape))));
-    for (j = 0; j < kvidx__ld(&rn->nhold); j++) { /* each entry has its holding */
+    KVIDX__CHK(KVIDX__NHOLD(kvidx__ld(&rn->nhold)) == 0 || (KVIDX__HCLS(shape) != KVIDX__NOCLASS &&
+                                               KVIDX__NHOLD(kvidx__ld(&rn->nhold)) * ix->hw <= (1u << KVIDX__HCLS(shape))));
+    for (j = 0; j < KVIDX__NHOLD(kvidx__ld(&rn->nhold)); j++) { /* each entry has its holding */
       uint32_t s = KVIDX__CAST(uint32_t, kvidx__ld(kvidx__holder(ix, rn, j)) & 0xFFFFFFFFu), at;
       KVIDX__CHK(s < ix->max_workers && (at = kvidx__hold_find(ix, s, r)) != KVIDX__NONE);
       KVIDX__CHK(kvidx__ld(&kvidx__map_at(&ix->holds, at)[KVIDX__H_INDEX]) == j);
     }
-    holders += kvidx__ld(&rn->nhold);
+    holders += KVIDX__NHOLD(kvidx__ld(&rn->nhold));
   }
   for (r = ix->run_free; r != KVIDX__NONE; r = kvidx__ld(&kvidx__run_at(ix, r)->kids)) {
     KVIDX__CHK(r < ix->runs_hw && ++freed <= ix->runs_hw && KVIDX__LEN(kvidx__ld(&kvidx__run_at(ix, r)->shape)) == 0);
   }
   KVIDX__CHK(live == ix->runs_live && live + freed == ix->runs_hw && entries == ix->entries);
-  /* kids: count each live run's children (mod 2^16) in the high half of its
+  /* kids: count each live run's children (mod 2^8) in bits 16-23 of its
    * nhold word (every live run's parent lives, see above), compare, reset.
-   * Readers beside the checker read only the low half, which stays as it
-   * is, and kids itself is untouched: readers skip the child map below a
+   * Readers beside the checker read only the other bits, which stay as they
+   * are, and kids itself is untouched: readers skip the child map below a
    * run whose kids read 0. */
   for (r = 0; r < ix->runs_hw; r++) {
     kvidx__run *rn = kvidx__run_at(ix, r);
     uint32_t parent = kvidx__ld(&rn->parent);
     if (KVIDX__LEN(kvidx__ld(&rn->shape)) && parent != KVIDX__NONE) {
       kvidx__run *pn = kvidx__run_at(ix, parent);
-      kvidx__st(&pn->nhold, kvidx__ld(&pn->nhold) + 0x10000u);
+      uint32_t v = kvidx__ld(&pn->nhold);
+      kvidx__st(&pn->nhold, (v & 0xFF00FFFFu) | (((v >> 16) + 1) & 0xFFu) << 16);
     }
   }
   KVIDX_TEST_HOOK(ix, 8); /* the checker, its counts in the nhold words */
@@ -4185,8 +4206,8 @@ KVIDX__PRIV int kvidx__check_runs(kvidx *ix) {
     kvidx__run *rn = kvidx__run_at(ix, r);
     uint32_t v = kvidx__ld(&rn->nhold);
     if (!KVIDX__LEN(kvidx__ld(&rn->shape))) continue;
-    if ((v >> 16) != (kvidx__ld(&rn->kids) & 0xFFFFu)) freed = KVIDX__NONE;
-    kvidx__st(&rn->nhold, KVIDX__NHOLD(v));
+    if (((v >> 16) & 0xFFu) != (kvidx__ld(&rn->kids) & 0xFFu)) freed = KVIDX__NONE;
+    kvidx__st(&rn->nhold, v & 0xFF00FFFFu);
   }
   KVIDX__CHK(freed != KVIDX__NONE);
   KVIDX__CHK(holders == ix->holds.n && ix->children.n == live);
