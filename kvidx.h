@@ -3244,7 +3244,7 @@ KVIDX__PRIV uint32_t kvidx__walk_peek(kvidx *ix, uint32_t r, uint32_t hw) {
   kvidx__run *rn = KVIDX__RCAST(kvidx__run *, kvidx__grow_get(&ix->runs, r, 1, 1));
   KVIDX__A(uint64_t) *lw, *hp = NULL;
   const void *cn;
-  uint32_t len, nh, c;
+  uint32_t len, nh, c, d;
   if (!rn) return KVIDX__NONE;
   len = KVIDX__LEN(kvidx__ld(&rn->shape));
   nh = KVIDX__NHOLD(kvidx__ld(&rn->nhold));
@@ -3256,6 +3256,11 @@ KVIDX__PRIV uint32_t kvidx__walk_peek(kvidx *ix, uint32_t r, uint32_t hw) {
   c = kvidx__ld(&rn->cont);
   if (c == KVIDX__NONE || !(cn = kvidx__grow_get(&ix->runs, c, 1, 1))) return KVIDX__NONE;
   KVIDX__PREFETCH(cn);
+  /* a guess: a long store makes its runs with consecutive ids (2 of 3
+   * hinted steps of W64 F16's slowest queries go to the next id), so the
+   * records after c's are likely the chain's next ones (the next 2 lines) */
+  for (d = 2; d <= 4; d += 2)
+    if ((cn = kvidx__grow_get(&ix->runs, c + d, 1, 1)) != NULL) KVIDX__PREFETCH(cn);
   return c;
 }
 
