@@ -2951,6 +2951,10 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
   size_t i, lim = ix->max_blocks < n ? 0 : ix->max_blocks - n;
   int rc = KVIDX_OK, saw_held = 0, track, chain_ok = 0;
   kvidx__slot *sl;
+  for (i = 0; i < n && i < KVIDX__AHEAD; i++) /* the first blocks' seq lines, while the parent's loads */
+    homes[i] = kvidx__key_hash(ix->seed, &b[i].seq, 1);
+  if (s != KVIDX__NONE)
+    for (i = 0; i < n && i < KVIDX__AHEAD; i++) kvidx__map_prefetch(&ix->slots[s].seqs, homes[i], 1);
   if (parent) {
     uint32_t at = s == KVIDX__NONE ? KVIDX__NONE : kvidx__map_find(ix, &ix->slots[s].seqs, parent);
     uint64_t pos;
@@ -3007,8 +3011,6 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
    * chain tells whether a position it makes is one of them; it is folded
    * from the runs only when a new block needs it (not for held ones) */
   track = ix->detached || detached;
-  for (i = 0; i < n && i < KVIDX__AHEAD; i++)
-    kvidx__map_prefetch(&sl->seqs, homes[i] = kvidx__key_hash(ix->seed, &b[i].seq, 1), 1);
   for (i = 0; i < n; i++) { /* pass 1: new blocks; held ones are left as they are */
     uint32_t free_at = KVIDX__NONE, at;
     uint64_t e[4], h = homes[i % KVIDX__AHEAD];
