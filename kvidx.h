@@ -238,7 +238,11 @@
  *          Maps grow incrementally (no store pays for a whole rehash).
  *          Runs carry a hint to the run continuing them; queries follow it
  *          (checked) and prefetch along it, and ask for the next child-map
- *          line while a run's holders are read.  Worker slots carry a hint of
+ *          line while a run's holders are read.  The hint names the last
+ *          run hung below a run at any offset, the offset in the top byte
+ *          of nhold (a conversation's next turn branches where the last
+ *          turn's partial block was: W16 C16384 p99 0.86x); along a chain
+ *          the walk also asks for the records two and four ids on.  Worker slots carry a hint of
  *          their place in (worker_id, dp_rank) order: answers of more than
  *          16 workers are placed by it, checked, instead of sorted.
  *          Store and remove paths: an element's address is one bit scan,
