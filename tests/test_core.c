@@ -353,44 +353,45 @@ static void test_cont_hint(int kind) {
  * leaves the run at the hint's offset, never believed elsewhere, and right
  * again after the child it named is freed and its record reused below
  * another offset.  kvidx__check asserts the hint's offset goes with it. */
+typedef struct {
+  const uint64_t *query; /* 40 blocks */
+  uint64_t worker;
+  uint32_t depth;
+} mid_run_case;
+static void check_depths(kvidx *ix, const char *phase, const mid_run_case *c, size_t n) {
+  size_t i;
+  for (i = 0; i < n; i++) {
+    uint32_t d = depth_of(ix, c[i].query, 40, c[i].worker, 0);
+    CHECK(d == c[i].depth);
+    if (d != c[i].depth) fprintf(stderr, "  %s, case %zu: depth %u, expected %u\n", phase, i, d, c[i].depth);
+  }
+  CHECK_EQ(kvidx__check(ix), 0);
+}
 static void test_mid_run_hint(int kind) {
   kvidx *ix = mk(kind, 0, 0);
-  uint64_t P[40], T[40], U[40], V[40];
+  uint64_t P[40], T[40], U[40], V[40], W[40];
   size_t i;
   for (i = 0; i < 40; i++) {
     P[i] = 100 + i;                   /* turn 1: 20 blocks */
     T[i] = i < 19 ? P[i] : 300 + i;   /* turn 2 leaves it at block 19 */
     U[i] = i < 6 ? P[i] : 500 + i;    /* a query leaving it at block 6 */
     V[i] = i < 6 ? P[i] : 700 + i;    /* later a child there */
+    W[i] = i < 19 ? P[i] : 900 + i;   /* leaves it at the hint's offset, into no child */
   }
-  store_path(ix, 1, P, 0, 20);
-  store_path(ix, 2, T, 0, 35); /* the run's one child, below offset 18 */
-  CHECK_EQ(depth_of(ix, T, 40, 2, 0), 35);
-  CHECK_EQ(depth_of(ix, T, 40, 1, 0), 19);
-  CHECK_EQ(depth_of(ix, P, 40, 1, 0), 20);
-  CHECK_EQ(depth_of(ix, P, 40, 2, 0), 19);
-  CHECK_EQ(depth_of(ix, U, 40, 1, 0), 6);
-  CHECK_EQ(depth_of(ix, U, 40, 2, 0), 6);
   {
-    uint64_t W[40]; /* leaves the run at the hint's offset, not into the child */
-    for (i = 0; i < 40; i++) W[i] = i < 19 ? P[i] : 900 + i;
-    CHECK_EQ(depth_of(ix, W, 40, 2, 0), 19);
-    CHECK_EQ(depth_of(ix, W, 40, 1, 0), 19);
+    const mid_run_case one_child[] = {{T, 2, 35}, {T, 1, 19}, {P, 1, 20}, {P, 2, 19},
+                                      {U, 1, 6},  {U, 2, 6},  {W, 2, 19}, {W, 1, 19}};
+    const mid_run_case reused[] = {{T, 2, 0}, {T, 1, 19}, {T, 3, 6}, {V, 3, 30}, {V, 1, 6}, {U, 3, 6}};
+    const mid_run_case two_children[] = {{T, 2, 35}, {V, 3, 30}, {V, 2, 6}, {W, 2, 19}};
+    store_path(ix, 1, P, 0, 20);
+    store_path(ix, 2, T, 0, 35); /* the run's one child, below offset 18 */
+    check_depths(ix, "one child", one_child, sizeof one_child / sizeof one_child[0]);
+    CHECK_EQ(kvidx_clear(ix, 2, 0), KVIDX_OK); /* the child goes; its record is free */
+    store_path(ix, 3, V, 0, 30);               /* a child below offset 5 */
+    check_depths(ix, "record reused", reused, sizeof reused / sizeof reused[0]);
+    store_path(ix, 2, T, 0, 35); /* two children now: the child map decides */
+    check_depths(ix, "two children", two_children, sizeof two_children / sizeof two_children[0]);
   }
-  CHECK_EQ(kvidx__check(ix), 0);
-  CHECK_EQ(kvidx_clear(ix, 2, 0), KVIDX_OK); /* the child goes; its record is free */
-  store_path(ix, 3, V, 0, 30);               /* a child below offset 5 */
-  CHECK_EQ(depth_of(ix, T, 40, 2, 0), 0);
-  CHECK_EQ(depth_of(ix, T, 40, 1, 0), 19);
-  CHECK_EQ(depth_of(ix, T, 40, 3, 0), 6);
-  CHECK_EQ(depth_of(ix, V, 40, 3, 0), 30);
-  CHECK_EQ(depth_of(ix, V, 40, 1, 0), 6);
-  CHECK_EQ(depth_of(ix, U, 40, 3, 0), 6);
-  store_path(ix, 2, T, 0, 35); /* two children now: the child map decides */
-  CHECK_EQ(depth_of(ix, T, 40, 2, 0), 35);
-  CHECK_EQ(depth_of(ix, V, 40, 3, 0), 30);
-  CHECK_EQ(depth_of(ix, V, 40, 2, 0), 6);
-  CHECK_EQ(kvidx__check(ix), 0);
   kvidx_destroy(ix);
 }
 
@@ -398,39 +399,38 @@ static void test_mid_run_hint(int kind) {
  * worker no longer holds (removed, cleared, evicted) is ENOPARENT however
  * recently it was stored (a memo of the last block stored, tried and
  * dropped in session 18, fails 10 of these checks when it outlives it). */
+static int decode_step(kvidx *ix, uint64_t w, const uint64_t *L, const uint64_t *seq, size_t i,
+                       const uint64_t *parent) { /* block i alone, below parent */
+  kvidx_block b;
+  b.local = L[i];
+  b.seq = seq[i];
+  return kvidx_store(ix, w, 0, parent, &b, 1);
+}
 static void test_decode_steps(int kind) {
   uint64_t L[64], seq[64], other = 999;
-  kvidx_block b;
   kvidx_config c;
   kvidx *ix = mk(kind, 0, 0);
   size_t i;
   for (i = 0; i < 64; i++) L[i] = 40 + i;
   kvidx_seq_hashes(L, 64, seq);
-  for (i = 0; i < 10; i++) { /* ten decode steps */
-    b.local = L[i], b.seq = seq[i];
-    CHECK_EQ(kvidx_store(ix, 1, 0, i ? &seq[i - 1] : NULL, &b, 1), KVIDX_OK);
-  }
+  for (i = 0; i < 10; i++) CHECK_EQ(decode_step(ix, 1, L, seq, i, i ? &seq[i - 1] : NULL), KVIDX_OK);
   CHECK_EQ(depth_of(ix, L, 64, 1, 0), 10);
   CHECK_EQ(kvidx_remove(ix, 1, 0, &seq[9], 1), KVIDX_OK); /* the block stored last */
-  b.local = L[10], b.seq = seq[10];
-  CHECK_EQ(kvidx_store(ix, 1, 0, &seq[9], &b, 1), KVIDX_ENOPARENT);
+  CHECK_EQ(decode_step(ix, 1, L, seq, 10, &seq[9]), KVIDX_ENOPARENT);
   CHECK_EQ(depth_of(ix, L, 64, 1, 0), 9);
-  b.local = L[9], b.seq = seq[9];
-  CHECK_EQ(kvidx_store(ix, 1, 0, &seq[8], &b, 1), KVIDX_OK);
-  b.local = L[10], b.seq = seq[10];
-  CHECK_EQ(kvidx_store(ix, 1, 0, &seq[9], &b, 1), KVIDX_OK);
+  CHECK_EQ(decode_step(ix, 1, L, seq, 9, &seq[8]), KVIDX_OK);
+  CHECK_EQ(decode_step(ix, 1, L, seq, 10, &seq[9]), KVIDX_OK);
   CHECK_EQ(depth_of(ix, L, 64, 1, 0), 11);
-  CHECK_EQ(kvidx_store(ix, 1, 0, &other, &b, 1), KVIDX_ENOPARENT); /* a parent never stored */
-  CHECK_EQ(kvidx_store(ix, 2, 0, &seq[10], &b, 1), KVIDX_ENOPARENT); /* another worker's last block */
+  CHECK_EQ(decode_step(ix, 1, L, seq, 11, &other), KVIDX_ENOPARENT);   /* a parent never stored */
+  CHECK_EQ(decode_step(ix, 2, L, seq, 11, &seq[10]), KVIDX_ENOPARENT); /* another worker's last block */
   CHECK_EQ(kvidx_clear(ix, 1, 0), KVIDX_OK);
-  b.local = L[11], b.seq = seq[11];
-  CHECK_EQ(kvidx_store(ix, 1, 0, &seq[10], &b, 1), KVIDX_ENOPARENT);
+  CHECK_EQ(decode_step(ix, 1, L, seq, 11, &seq[10]), KVIDX_ENOPARENT);
   CHECK_EQ(depth_of(ix, L, 64, 1, 0), 0);
   CHECK_EQ(kvidx__check(ix), 0);
   kvidx_destroy(ix);
   /* evicted: LRS prunes the oldest store first, its last block first, so a
    * 3-block store by another worker at max_blocks 4 takes worker 1's last
-   * two blocks, the memo's among them */
+   * two blocks, the one stored last among them */
   memset(&c, 0, sizeof c);
   c.kind = kind;
   c.max_blocks = 4;
@@ -445,10 +445,8 @@ static void test_decode_steps(int kind) {
     CHECK_EQ(kvidx_store(ix, 2, 0, NULL, bb, 3), KVIDX_OK);
   }
   CHECK_EQ(depth_of(ix, L, 64, 1, 0), 1);
-  b.local = L[3], b.seq = seq[3];
-  CHECK_EQ(kvidx_store(ix, 1, 0, &seq[2], &b, 1), KVIDX_ENOPARENT);
-  b.local = L[1], b.seq = seq[1];
-  CHECK_EQ(kvidx_store(ix, 1, 0, &seq[0], &b, 1), KVIDX_OK);
+  CHECK_EQ(decode_step(ix, 1, L, seq, 3, &seq[2]), KVIDX_ENOPARENT);
+  CHECK_EQ(decode_step(ix, 1, L, seq, 1, &seq[0]), KVIDX_OK);
   CHECK_EQ(depth_of(ix, L, 64, 1, 0), 2);
   CHECK_EQ(kvidx__check(ix), 0);
   kvidx_destroy(ix);
