@@ -2189,19 +2189,29 @@ KVIDX__PRIV int kvidx__shared_reserve(kvidx *ix, size_t n) {
   return KVIDX_OK;
 }
 
+/* Point run pn's hint at its child r, hung below offset poff.  Release: a
+ * reader that takes the hint finds r's record written (a fresh record's
+ * memory is not zeroed); the offset goes with it (a reader that pairs an
+ * old offset with the new hint finds a run that does not check out, and
+ * asks the child map). */
+KVIDX__PRIV void kvidx__hint_set(kvidx__run *pn, uint32_t r, uint32_t poff) {
+  kvidx__st(&pn->nhold, (kvidx__ld(&pn->nhold) & 0x00FFFFFFu) | poff << 24);
+  kvidx__st_rel(&pn->cont, r);
+}
+
 /* Run r, its child-map key (parent, poff, key) just inserted, now hangs
  * there: the parent's count and hint, or the count and filter of detached
- * runs. */
+ * runs.  A hint that still names another child stays: a branch made and
+ * let go of below a run's middle (an evicted turn) would otherwise take it
+ * from the run that continues the run, for good. */
 KVIDX__PRIV void kvidx__run_hang(kvidx *ix, uint32_t r, uint32_t parent, uint32_t poff, uint64_t key) {
   if (parent != KVIDX__NONE) {
-    kvidx__run *pn = kvidx__run_at(ix, parent);
+    kvidx__run *pn = kvidx__run_at(ix, parent), *cn;
+    uint32_t c = kvidx__ld(&pn->cont);
+    int keep = c != KVIDX__NONE && c != r && kvidx__ld(&pn->kids) &&
+               KVIDX__LEN(kvidx__ld(&(cn = kvidx__run_at(ix, c))->shape)) && kvidx__ld(&cn->parent) == parent;
     kvidx__kids_add(ix, parent, 1);
-    /* release: a reader that takes the hint finds r's record written (a
-     * fresh record's memory is not zeroed); the offset goes with it (a
-     * reader that pairs an old offset with the new hint finds a run that
-     * does not check out, and asks the child map) */
-    kvidx__st(&pn->nhold, (kvidx__ld(&pn->nhold) & 0x00FFFFFFu) | poff << 24);
-    kvidx__st_rel(&pn->cont, r);
+    if (!keep) kvidx__hint_set(pn, r, poff);
   } else if (poff == KVIDX__DETACHED) {
     unsigned char *f = &ix->det_filter[KVIDX__DET_SLOT(key)];
     ix->detached++;
@@ -2883,6 +2893,8 @@ KVIDX__PRIV int kvidx__advance(kvidx *ix, kvidx__cursor *c, uint64_t local, size
     return KVIDX_OK;
   }
   if (c->kids && (ch = kvidx__child_find(ix, c->r, c->off, local)) != KVIDX__NONE) {
+    if (c->kids == 1 && c->rn && kvidx__ld(&c->rn->cont) != ch) /* the only child: name it (the hint named */
+      kvidx__hint_set(c->rn, ch, c->off);                          /* one let go of, or nothing) */
     kvidx__cursor_at(ix, c, ch, 0);
     return KVIDX_OK;
   }
@@ -3428,11 +3440,17 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
  *    are shared by every worker (see the README on writer scaling).
  *  - create / init_buffer / destroy: alone.  snapshot_read / kvidx__check:
  *    no writer at the same time, readers may query (the reader-visible words
- *    change only through the writer paths; the checker's recounts go through
- *    writer-only words and are put back).
+ *    change only through the writer paths; the checker counts each run's
+ *    children in bits 16-23 of its nhold word, which readers do not read,
+ *    and clears them again).
  *    KVIDX_REFERENCE and KVIDX_NO_THREADS builds: one thread.
  * What a reader sees.  Each run it reads is a consistent copy (the run's
  * seqlock even and unchanged around it: shape, locals, holder entries).  A
+ * run's kids count, hint and hint offset are written outside its seqlock:
+ * kids lets a reader skip the child map below a run that has no child (a
+ * child hung meanwhile is one the query may miss, as if it came after) and
+ * try the hint below a run that has one, and a hint is believed only once
+ * the run it names checks out.  A
  * worker whose blocks did not change during the query gets its exact score:
  * its holder entries keep their cutoffs, runs it holds are not freed, and a
  * child-map miss is believed only if no deletion ran meanwhile (the map's
@@ -4173,6 +4191,7 @@ KVIDX__PRIV int kvidx__check_runs(kvidx *ix) {
       KVIDX__CHK(KVIDX__POFF(shape) == 0 || KVIDX__POFF(shape) == KVIDX__DETACHED);
     }
     KVIDX__CHK((kvidx__ld(&rn->nhold) & 0x00FF0000u) == 0); /* no count left behind by a checker */
+    KVIDX__CHK(KVIDX__CONT_OFF(kvidx__ld(&rn->nhold)) < KVIDX__RUN_MAX); /* an offset, or 0 */
     { /* the hint's offset went with it: a hint still hanging here says where */
       uint32_t c = kvidx__ld(&rn->cont);
       kvidx__run *cn = c != KVIDX__NONE && c < ix->runs_hw ? kvidx__run_at(ix, c) : NULL;

@@ -596,3 +596,69 @@ int t_failed_store_shrinks(void) {
   }
   return fails;
 }
+
+/* The walk's hint (a run's cont and its offset): a branch made and let go
+ * of below a run's middle keeps it from the run that continues the run,
+ * and a store that passes through the only child of a run whose hint names
+ * a run let go of points the hint at that child.  Exact answers
+ * throughout (against the reference). */
+static uint32_t t_hint_of(const kvidx *ix, uint32_t r, uint32_t *off) {
+  kvidx__run *rn = kvidx__run_at(ix, r);
+  *off = KVIDX__CONT_OFF(kvidx__ld(&rn->nhold));
+  return kvidx__ld(&rn->cont);
+}
+static int t_hint_same(const kvidx *ix, const kvidx *ref, const uint64_t *q, size_t n) {
+  kvidx_score a[8], b[8];
+  size_t m = kvidx_find_matches(ix, q, n, a, 8), i;
+  if (m != kvidx_find_matches(ref, q, n, b, 8)) return 0;
+  for (i = 0; i < m && i < 8; i++)
+    if (a[i].worker_id != b[i].worker_id || a[i].depth != b[i].depth) return 0;
+  return kvidx__check(ix) == 0;
+}
+int t_hint_kept(void) {
+  static const int kinds[2] = {KVIDX_POSITIONAL, KVIDX_RADIX};
+  kvidx *ix, *ref, *both[2];
+  kvidx_block b[128];
+  uint64_t q[128], parent = 63;
+  uint32_t i, x, y, br, off;
+  int k, j, fails = 0;
+  for (k = 0; k < 2; k++) {
+    if (t_with_ref(kinds[k], &ix, &ref)) return fails + 1;
+    both[0] = ix, both[1] = ref;
+    for (i = 0; i < 128; i++) q[i] = 500 + i;
+    for (j = 0; j < 2; j++) { /* worker 1: X (blocks 0-63); worker 2 branches below X's block 29 */
+      for (i = 0; i < 64; i++) b[i].local = q[i], b[i].seq = i;
+      TD(kvidx_store(both[j], 1, 0, NULL, b, 64) == KVIDX_OK);
+      for (i = 0; i < 31; i++) b[i].local = i < 30 ? q[i] : 9999, b[i].seq = 1000 + i;
+      TD(kvidx_store(both[j], 2, 0, NULL, b, 31) == KVIDX_OK);
+    }
+    x = kvidx__child_find(ix, KVIDX__NONE, 0, q[0]);
+    br = kvidx__child_find(ix, x, 29, 9999);
+    TD(x != KVIDX__NONE && br != KVIDX__NONE && t_hint_of(ix, x, &off) == br && off == 29);
+    for (j = 0; j < 2; j++) { /* worker 1 goes on below X's last block: Y */
+      for (i = 0; i < 64; i++) b[i].local = q[64 + i], b[i].seq = 64 + i;
+      TD(kvidx_store(both[j], 1, 0, &parent, b, 64) == KVIDX_OK);
+    }
+    y = kvidx__child_find(ix, x, 63, q[64]);
+    TD(y != KVIDX__NONE && t_hint_of(ix, x, &off) == br && off == 29); /* the live hint stays */
+    TD(t_hint_same(ix, ref, q, 128));
+    for (j = 0; j < 2; j++) TD(kvidx_clear(both[j], 2, 0) == KVIDX_OK); /* the branch goes */
+    TD(t_hint_same(ix, ref, q, 128));
+    for (j = 0; j < 2; j++) { /* worker 3 passes through X into Y: the hint names Y */
+      for (i = 0; i < 100; i++) b[i].local = q[i], b[i].seq = 3000 + i;
+      TD(kvidx_store(both[j], 3, 0, NULL, b, 100) == KVIDX_OK);
+    }
+    TD(t_hint_of(ix, x, &off) == y && off == 63);
+    TD(t_hint_same(ix, ref, q, 128));
+    for (j = 0; j < 2; j++) { /* a branch below X's block 9 and gone again: the hint stays Y */
+      for (i = 0; i < 11; i++) b[i].local = i < 10 ? q[i] : 8888, b[i].seq = 4000 + i;
+      TD(kvidx_store(both[j], 4, 0, NULL, b, 11) == KVIDX_OK);
+      TD(kvidx_clear(both[j], 4, 0) == KVIDX_OK);
+    }
+    TD(t_hint_of(ix, x, &off) == y && off == 63);
+    TD(t_hint_same(ix, ref, q, 128));
+    kvidx_destroy(ix);
+    kvidx_destroy(ref);
+  }
+  return fails;
+}
