@@ -121,10 +121,12 @@
  *     +-----+--------+--------------------------------+-------+--------+---------+------+------+
  *       seqlock          shape (len 0 = free)           :16    word indices      (a)    (b)
  *     (a) children hanging below; a free run's link in the free list.
- *     (b) a hint: the last run hung below this run, at any offset (a
- *         long store's next 64 blocks, or the next turn of a conversation,
- *         which leaves the run where the last turn's partial block did);
- *         nhold's top byte says at which offset.  Below a run with one
+ *     (b) a hint: a run hung below this run, at any offset (a long
+ *         store's next 64 blocks, or the next turn of a conversation,
+ *         which leaves the run where the last turn's partial block did):
+ *         the first hung while the one it names still hangs there, and the
+ *         only child once a store passes through it; nhold's top byte says
+ *         at which offset.  Below a run with one
  *         child, where the query leaves the run at that offset, the walk
  *         tries it before the child map, reads it like any run, and
  *         believes it only if it hangs below (this run, that offset) and
@@ -238,8 +240,8 @@
  *          Maps grow incrementally (no store pays for a whole rehash).
  *          Runs carry a hint to the run continuing them; queries follow it
  *          (checked) and prefetch along it, and ask for the next child-map
- *          line while a run's holders are read.  The hint names the last
- *          run hung below a run at any offset, the offset in the top byte
+ *          line while a run's holders are read.  The hint names a run
+ *          hung below a run at any offset, the offset in the top byte
  *          of nhold (a conversation's next turn branches where the last
  *          turn's partial block was: W16 C16384 p99 0.86x); along a chain
  *          the walk also asks for the records two and four ids on.  Worker slots carry a hint of
@@ -949,11 +951,11 @@ typedef struct {
   KVIDX__A(uint32_t) kids;    /* child runs hanging below: readers and stores
                                  skip the child map when there are none; in a
                                  free run (kids 0), the next free run         */
-  KVIDX__A(uint32_t) cont;    /* a hint: the last run hung below this run (a
-                                 long store's next 64, a conversation's next
-                                 turn), or NONE; the walk tries it before the
-                                 child map and believes it only if it checks
-                                 out                                           */
+  KVIDX__A(uint32_t) cont;    /* a hint: a run hung below this run (a long
+                                 store's next 64, a conversation's next turn;
+                                 see the picture), or NONE; the walk tries it
+                                 before the child map and believes it only if
+                                 it checks out                                 */
 } kvidx__run;
 #define KVIDX__NHOLD(word) ((word) & 0xFFFFu)
 #define KVIDX__CONT_OFF(word) ((word) >> 24)
