@@ -126,14 +126,13 @@
  *         which leaves the run where the last turn's partial block did):
  *         the first hung while the one it names still hangs there, and the
  *         only child once a store passes through it; nhold's top byte says
- *         at which offset.  Below a run with one
- *         child, where the query leaves the run at that offset, the walk
- *         tries it before the child map, reads it like any run, and
- *         believes it only if it hangs below (this run, that offset) and
- *         starts with the query's next local: the child map holds one run
- *         per such key, so that is the run the probe would find.  Along a
- *         chain of hints the walk asks for the next runs' lines a step or
- *         two ahead.
+ *         at which offset.  Below a run with one child, where the query
+ *         leaves the run at that offset, the walk tries it before the
+ *         child map, reads it like any run, and believes it only if it
+ *         hangs below (this run, that offset) and starts with the query's
+ *         next local: the child map holds one run per such key, so that is
+ *         the run the probe would find.  Along a chain of hints the walk
+ *         asks for the next runs' lines a step or two ahead.
  *   locals:  [local 0][local 1]...[local len-1]          (2^lclass words)
  *   holders: [slot:32 | cutoff:32]([device bits]) x nhold (2^hclass words)
  *     cutoff = how many leading blocks of the run that worker holds; the
@@ -241,12 +240,13 @@
  *          Runs carry a hint to the run continuing them; queries follow it
  *          (checked) and prefetch along it, and ask for the next child-map
  *          line while a run's holders are read.  The hint names a run
- *          hung below a run at any offset, the offset in the top byte
- *          of nhold (a conversation's next turn branches where the last
+ *          hung below a run at any offset, the offset in the top byte of
+ *          nhold (a conversation's next turn branches where the last
  *          turn's partial block was: W16 C16384 p99 0.86x); along a chain
- *          the walk also asks for the records two and four ids on.  Worker slots carry a hint of
- *          their place in (worker_id, dp_rank) order: answers of more than
- *          16 workers are placed by it, checked, instead of sorted.
+ *          the walk also asks for the records two and four ids on.
+ *          Worker slots carry a hint of their place in (worker_id,
+ *          dp_rank) order: answers of more than 16 workers are placed by
+ *          it, checked, instead of sorted.
  *          Store and remove paths: an element's address is one bit scan,
  *          the store cursor keeps its run's record, seq tables probe,
  *          drain and delete with loops of their own (12-15% fewer
@@ -4177,7 +4177,7 @@ KVIDX__PRIV int kvidx__check_runs(kvidx *ix) {
   size_t entries = 0, holders = 0;
   for (r = 0; r < ix->runs_hw; r++) {
     kvidx__run *rn = kvidx__run_at(ix, r);
-    uint32_t shape = kvidx__ld(&rn->shape), len = KVIDX__LEN(shape), parent = kvidx__ld(&rn->parent), j;
+    uint32_t shape = kvidx__ld(&rn->shape), len = KVIDX__LEN(shape), parent = kvidx__ld(&rn->parent), j, hword, nh;
     KVIDX__CHK((kvidx__ld(&rn->ver) & 1) == 0);
     if (!len) continue;
     live++;
@@ -4192,28 +4192,29 @@ KVIDX__PRIV int kvidx__check_runs(kvidx *ix) {
     } else {
       KVIDX__CHK(KVIDX__POFF(shape) == 0 || KVIDX__POFF(shape) == KVIDX__DETACHED);
     }
-    KVIDX__CHK((kvidx__ld(&rn->nhold) & 0x00FF0000u) == 0); /* no count left behind by a checker */
-    KVIDX__CHK(KVIDX__CONT_OFF(kvidx__ld(&rn->nhold)) < KVIDX__RUN_MAX); /* an offset, or 0 */
+    hword = kvidx__ld(&rn->nhold);
+    nh = KVIDX__NHOLD(hword);
+    KVIDX__CHK((hword & 0x00FF0000u) == 0);              /* no count left behind by a checker */
+    KVIDX__CHK(KVIDX__CONT_OFF(hword) < KVIDX__RUN_MAX); /* an offset, or 0 */
     { /* the hint's offset went with it: a hint still hanging here says where */
       uint32_t c = kvidx__ld(&rn->cont);
       kvidx__run *cn = c != KVIDX__NONE && c < ix->runs_hw ? kvidx__run_at(ix, c) : NULL;
       KVIDX__CHK(c == KVIDX__NONE || c < ix->runs_hw);
       KVIDX__CHK(!cn || !KVIDX__LEN(kvidx__ld(&cn->shape)) || kvidx__ld(&cn->parent) != r ||
-                 KVIDX__POFF(kvidx__ld(&cn->shape)) == KVIDX__CONT_OFF(kvidx__ld(&rn->nhold)));
+                 KVIDX__POFF(kvidx__ld(&cn->shape)) == KVIDX__CONT_OFF(hword));
     }
-    KVIDX__CHK(KVIDX__NHOLD(kvidx__ld(&rn->nhold)) || kvidx__ld(&rn->kids)); /* nobody holds it and nothing hangs below: freed */
+    KVIDX__CHK(nh || kvidx__ld(&rn->kids)); /* nobody holds it and nothing hangs below: freed */
     /* nobody holds it: at the top (root or detached), unless its chain was
      * taken by another detached run (a chain collision) */
-    KVIDX__CHK(KVIDX__NHOLD(kvidx__ld(&rn->nhold)) || kvidx__ld(&rn->parent) == KVIDX__NONE ||
+    KVIDX__CHK(nh || kvidx__ld(&rn->parent) == KVIDX__NONE ||
                kvidx__child_find(ix, KVIDX__NONE, KVIDX__DETACHED, kvidx__chain_at(ix, r, 0)) != KVIDX__NONE);
-    KVIDX__CHK(KVIDX__NHOLD(kvidx__ld(&rn->nhold)) == 0 || (KVIDX__HCLS(shape) != KVIDX__NOCLASS &&
-                                               KVIDX__NHOLD(kvidx__ld(&rn->nhold)) * ix->hw <= (1u << KVIDX__HCLS(shape))));
-    for (j = 0; j < KVIDX__NHOLD(kvidx__ld(&rn->nhold)); j++) { /* each entry has its holding */
+    KVIDX__CHK(nh == 0 || (KVIDX__HCLS(shape) != KVIDX__NOCLASS && nh * ix->hw <= (1u << KVIDX__HCLS(shape))));
+    for (j = 0; j < nh; j++) { /* each entry has its holding */
       uint32_t s = KVIDX__CAST(uint32_t, kvidx__ld(kvidx__holder(ix, rn, j)) & 0xFFFFFFFFu), at;
       KVIDX__CHK(s < ix->max_workers && (at = kvidx__hold_find(ix, s, r)) != KVIDX__NONE);
       KVIDX__CHK(kvidx__ld(&kvidx__map_at(&ix->holds, at)[KVIDX__H_INDEX]) == j);
     }
-    holders += KVIDX__NHOLD(kvidx__ld(&rn->nhold));
+    holders += nh;
   }
   for (r = ix->run_free; r != KVIDX__NONE; r = kvidx__ld(&kvidx__run_at(ix, r)->kids)) {
     KVIDX__CHK(r < ix->runs_hw && ++freed <= ix->runs_hw && KVIDX__LEN(kvidx__ld(&kvidx__run_at(ix, r)->shape)) == 0);
