@@ -657,6 +657,21 @@ int t_hint_kept(void) {
     }
     TD(t_hint_of(ix, x, &off) == y && off == 63);
     TD(t_hint_same(ix, ref, q, 128));
+    { /* the checker sees a wrong child count, by 1 or by 2^8 (its per-run
+         count is mod 2^8; the sum over all runs catches the rest), and a
+         hint offset that is no offset */
+      kvidx__run *xn = kvidx__run_at(ix, x);
+      uint32_t kids = kvidx__ld(&xn->kids), hword = kvidx__ld(&xn->nhold);
+      kvidx__st(&xn->kids, kids + 1);
+      TD(kvidx__check(ix) != 0);
+      kvidx__st(&xn->kids, kids + 256);
+      TD(kvidx__check(ix) != 0);
+      kvidx__st(&xn->kids, kids);
+      kvidx__st(&xn->nhold, (hword & 0x00FFFFFFu) | 200u << 24);
+      TD(kvidx__check(ix) != 0);
+      kvidx__st(&xn->nhold, hword);
+      TD(kvidx__check(ix) == 0);
+    }
     kvidx_destroy(ix);
     kvidx_destroy(ref);
   }
