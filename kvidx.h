@@ -3295,6 +3295,7 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
   uint32_t hits[KVIDX_WORKERS_MAX];
   uint32_t nw = rc->nw, r, w, hw = ix->hw, first = 1, prev = KVIDX__NONE, poff = 0, nhits = 0, m = 0, j, kids = 0;
   uint32_t len = 0, cont = KVIDX__NONE, cont_off = 0, hinted = 0; /* hinted: r is the last run's cont, not the child map's */
+  int by_hint = 0; /* the next run is the hint's to try: one child, hung where the query leaves r */
   uint32_t ahead1 = KVIDX__NONE, ahead2 = KVIDX__NONE; /* the cont chain past r, being warmed */
   size_t p = 0;
   if (!n) return;
@@ -3330,7 +3331,8 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
       max = n - p < len ? KVIDX__CAST(uint32_t, n - p) : len;
       for (m = 0; m < max && kvidx__ld(&lw[m]) == loc[p + m]; m++) {}
       if (hinted && !m) break; /* a sibling, not the query's path: ask the child map */
-      if (m && p + m < n && kids && !(cont_off + 1 == m && cont != KVIDX__NONE && kids == 1))
+      by_hint = kids == 1 && cont != KVIDX__NONE && cont_off + 1 == m;
+      if (m && p + m < n && kids && !by_hint)
         kvidx__child_prefetch(ix, r, m - 1, loc[p + m]); /* the probe after this run: ask now, use after the holders */
       for (nhits = 0, j = 0; j < nh; j++) {
         uint64_t e = kvidx__ld(&hp[j * hw]);
@@ -3375,7 +3377,7 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
      * query's, and reading it cost the median query two misses (W64 F16 p50
      * +15%); a query that leaves the run elsewhere would read a record
      * that cannot be its child. */
-    if (cont_off + 1 == m && cont != KVIDX__NONE && kids == 1 && p + m < n) {
+    if (by_hint && p + m < n) {
       if (hinted) {
         uint32_t after;
         if (ahead1 != cont) ahead2 = kvidx__walk_peek(ix, cont, hw); /* joined the chain here */
@@ -3415,7 +3417,7 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
     prev = r;
     poff = m - 1;
     if (!kids) r = KVIDX__NONE;
-    else if (cont_off + 1 == m && cont != KVIDX__NONE && kids == 1) r = cont, hinted = 1;
+    else if (by_hint) r = cont, hinted = 1;
     else r = kvidx__child_probe(ix, rc, r, m - 1, loc[p]);
   }
   for (w = 0; w < nw; w++) /* still matching where the walk ended */

@@ -369,7 +369,7 @@ static void check_depths(kvidx *ix, const char *phase, const mid_run_case *c, si
 }
 static void test_mid_run_hint(int kind) {
   kvidx *ix = mk(kind, 0, 0);
-  uint64_t P[40], T[40], U[40], V[40], W[40];
+  uint64_t P[40], T[40], U[40], V[40], W[40], X[40];
   size_t i;
   for (i = 0; i < 40; i++) {
     P[i] = 100 + i;                   /* turn 1: 20 blocks */
@@ -377,10 +377,13 @@ static void test_mid_run_hint(int kind) {
     U[i] = i < 6 ? P[i] : 500 + i;    /* a query leaving it at block 6 */
     V[i] = i < 6 ? P[i] : 700 + i;    /* later a child there */
     W[i] = i < 19 ? P[i] : 900 + i;   /* leaves it at the hint's offset, into no child */
+    X[i] = i < 6 ? P[i] : 313 + i;    /* leaves it at block 6 with T's tail: the child's
+                                         locals, at another offset */
   }
   {
     const mid_run_case one_child[] = {{T, 2, 35}, {T, 1, 19}, {P, 1, 20}, {P, 2, 19},
-                                      {U, 1, 6},  {U, 2, 6},  {W, 2, 19}, {W, 1, 19}};
+                                      {U, 1, 6},  {U, 2, 6},  {W, 2, 19}, {W, 1, 19},
+                                      {X, 2, 6},  {X, 1, 6}};
     const mid_run_case reused[] = {{T, 2, 0}, {T, 1, 19}, {T, 3, 6}, {V, 3, 30}, {V, 1, 6}, {U, 3, 6}};
     const mid_run_case two_children[] = {{T, 2, 35}, {V, 3, 30}, {V, 2, 6}, {W, 2, 19}};
     store_path(ix, 1, P, 0, 20);
