@@ -139,8 +139,12 @@
  *     device bits only with KVIDX_F_TIERS.
  *
  *   Per worker (writer side only):
- *     seq table: engine seq -> run:32 | offset:8 | tiers:8   (16 bytes; 32
- *                with eviction keys).  Parents and removals are one probe.
+ *     seq table: engine seq -> run:32 | tag:16 | offset:8 | tiers:8
+ *                (16 bytes; 32 with eviction keys).  Parents and removals
+ *                are one probe.  tag: the low 16 bits of the seq's hash, so
+ *                a deletion's backward shift and a growth's drain learn an
+ *                entry's home without hashing its key again (in tables of
+ *                at most 2^16 places; larger ones hash).
  *   Per (worker, run), one shared "holds" map:
  *     held bits (u64: a run has at most 64 blocks), multi bits (positions the
  *     worker holds under >= 2 seqs, counted exactly in the "multi" map),
@@ -273,6 +277,13 @@
  *          into an index of the same size (it failed, or evicted real
  *          blocks); an evicting target smaller than a snapshot loads a
  *          subset of it (it failed with KVIDX_ECORRUPT).
+ *          A seq table's position word carries 16 bits of its key's hash
+ *          (a deletion's shift and a growth's drain hash no key in tables
+ *          of up to 2^16 places); seq tables probe, fill and delete
+ *          without the general map's code while they do not drain; a
+ *          store's or removal's holding is kept by address; a removal that
+ *          leaves more of the run held clears one bit inline (W16 C2048
+ *          events: 214 -> 166 M instructions per replay).
  *   0.1.0  first release: hashing, reference model, radix and positional
  *          indexes, caller-buffer mode, seqlock reader path, event ids,
  *          storage tiers, eviction policies and TTL mode, dumps and binary
@@ -933,6 +944,7 @@ typedef struct {
   uint64_t most;             /* entries it can ever hold (0: no bound): a
                                 reservation never asks for more            */
   int shared;
+  int seq;                   /* a worker's seq table (entries carry tags)  */
 } kvidx__map;
 
 /* A run: up to 64 consecutive blocks of one path, stored once for every
@@ -1375,6 +1387,13 @@ KVIDX__PRIV uint32_t kvidx__chunk_alloc(kvidx *ix, unsigned c) {
  * and believe a miss only if moves, tab and old did not change.  Tables a
  * shared map let go of are kept until destroy (each is half the next). */
 #define KVIDX__OLD 0x80000000u           /* a position in the table being drained       */
+/* A seq table's entry keeps the low 16 bits of its key's hash in bits 16-31
+ * of its position word (KVIDX__POS_TAG): in a table of at most 2^16 places
+ * its home follows from them, so a growth's drain and a deletion's backward
+ * shift need not load the key and hash it again. */
+#define KVIDX__TAG_MASK 0xFFFFu
+#define KVIDX__POS_TAG(h) (((h) & KVIDX__TAG_MASK) << 16)
+#define KVIDX__TAG_HOME(pos, mask) (((pos) >> 16) & (mask)) /* mask <= KVIDX__TAG_MASK */
 #define KVIDX__MAP_SLOTS_MAX 0x40000000u /* so no position is KVIDX__NONE or has the bit */
 
 KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__mtab_words(const kvidx__mtab *t) { return t->words; }
@@ -1408,6 +1427,7 @@ KVIDX__PRIV void kvidx__map_init(kvidx__map *m, uint32_t ew, uint32_t kw, uint32
   m->kw = kw;
   m->occ = occ;
   m->shared = shared;
+  m->seq = 0;
 }
 
 KVIDX__PRIV uint64_t kvidx__mtab_bytes(uint64_t slots, uint32_t ew) { /* entries; 64-bit: checked before use */
@@ -1450,7 +1470,7 @@ KVIDX__PRIV uint32_t kvidx__mtab_probe(const kvidx__map *m, const kvidx__mtab *t
 
 /* The same for one-word keys whose word 1 marks the place used (seq
  * tables): the shape in locals, each place's first line read once. */
-KVIDX__PRIV uint32_t kvidx__mtab_probe_seq(const kvidx__mtab *t, uint64_t ew, uint64_t key, uint64_t h,
+KVIDX__HOT uint32_t kvidx__mtab_probe_seq(const kvidx__mtab *t, uint64_t ew, uint64_t key, uint64_t h,
                                            uint32_t *free_at) {
   KVIDX__A(uint64_t) *w = kvidx__mtab_words(t);
   uint64_t i, mask = t->mask;
@@ -1559,12 +1579,13 @@ KVIDX__PRIV void kvidx__map_drain(kvidx *ix, kvidx__map *m, uint64_t budget) {
   end = m->drain_from;
   if (ew == 2 && m->kw == 1 && occ == 1 && !m->shared) { /* seq tables: the common case, straight */
     uint64_t seed = ix->seed; /* locals: the atomics below pin fields in memory */
+    int tagged = m->seq && tmask <= KVIDX__TAG_MASK;
     for (; at < size; at++) {
       KVIDX__A(uint64_t) *x = w + 2 * ((end + at) & omask);
       uint64_t v = kvidx__ld(&x[1]), k0, j;
       if (v) {
         k0 = kvidx__ld(&x[0]);
-        for (j = kvidx__mix(k0 ^ seed) & tmask; kvidx__ld(&tw[2 * j + 1]); j = (j + 1) & tmask) {}
+        for (j = tagged ? KVIDX__TAG_HOME(v, tmask) : kvidx__mix(k0 ^ seed) & tmask; kvidx__ld(&tw[2 * j + 1]); j = (j + 1) & tmask) {}
         kvidx__st(&tw[2 * j], k0);
         kvidx__st(&tw[2 * j + 1], v);
         kvidx__st(&x[1], KVIDX__CAST(uint64_t, 0));
@@ -1773,8 +1794,44 @@ KVIDX__PRIV void kvidx__map_delete(kvidx *ix, kvidx__map *m, uint32_t at) {
   if (shared) kvidx__st_rel(&m->moves, kvidx__ld(&m->moves) + 1);
 }
 
+/* Writer: a seq table's place for seq (hash h), or KVIDX__NONE and
+ * (free_at) where an insert would go; the straight probe while no growth
+ * drains, the common case. */
+KVIDX__HOT uint32_t kvidx__seq_slot(const kvidx__map *m, uint64_t seq, uint64_t h, uint32_t *free_at) {
+  kvidx__map *mm = KVIDX__UNC(kvidx__map *, m);
+  if (!kvidx__ld(&mm->old)) return kvidx__mtab_probe_seq(kvidx__ld(&mm->tab), m->ew, seq, h, free_at);
+  return kvidx__map_slot(m, &seq, h, free_at);
+}
+
+/* Writer: delete a seq table's entry at `at`: the two-word entries of an
+ * index without eviction in the table inserts go to, straight; others as
+ * any map's. */
+KVIDX__PRIV void kvidx__seq_delete(kvidx *ix, kvidx__map *m, uint32_t at) {
+  const kvidx__mtab *t = kvidx__ld(&m->tab);
+  KVIDX__A(uint64_t) *w;
+  uint64_t i = at, j, mask, seed = ix->seed, v;
+  if (m->ew != 2 || (at & KVIDX__OLD) || !m->seq) {
+    kvidx__map_delete(ix, m, at);
+    return;
+  }
+  w = kvidx__mtab_words(t);
+  mask = t->mask;
+  kvidx__st(&w[2 * i + 1], KVIDX__CAST(uint64_t, 0));
+  for (j = (i + 1) & mask; (v = kvidx__ld(&w[2 * j + 1])) != 0; j = (j + 1) & mask) {
+    uint64_t h = mask <= KVIDX__TAG_MASK ? KVIDX__TAG_HOME(v, mask) : kvidx__mix(kvidx__ld(&w[2 * j]) ^ seed) & mask;
+    if (((j - h) & mask) >= ((j - i) & mask)) { /* j's home is not in (i, j]: move it back */
+      kvidx__st(&w[2 * i], kvidx__ld(&w[2 * j]));
+      kvidx__st(&w[2 * i + 1], v);
+      kvidx__st(&w[2 * j + 1], KVIDX__CAST(uint64_t, 0));
+      i = j;
+    }
+  }
+  m->n--;
+}
+
 KVIDX__PRIV void kvidx__map_move(kvidx__map *dst, kvidx__map *src) { /* src was never shared nor grown */
   kvidx__map_init(dst, src->ew, src->kw, src->occ, src->shared);
+  dst->seq = src->seq;
   kvidx__st(&dst->tab, kvidx__ld(&src->tab));
   dst->n = src->n;
   kvidx__st(&src->tab, KVIDX__CAST(kvidx__mtab *, NULL));
@@ -2516,7 +2573,8 @@ KVIDX__PRIV uint32_t kvidx__multi_find(const kvidx *ix, uint32_t s, uint32_t r, 
   return kvidx__map_find(ix, &ix->multi, key);
 }
 
-/* Position word of a seq entry: run << 32 | offset << 8 | tier bits. */
+/* Position word of a seq entry: run << 32 | hash tag << 16 (KVIDX__POS_TAG)
+ * | offset << 8 | tier bits. */
 #define KVIDX__POS(r, off, tiers) (KVIDX__CAST(uint64_t, r) << 32 | KVIDX__CAST(uint64_t, off) << 8 | (tiers))
 #define KVIDX__POS_RUN(p) KVIDX__CAST(uint32_t, (p) >> 32)
 #define KVIDX__POS_OFF(p) KVIDX__CAST(uint32_t, ((p) >> 8) & 0xFFu)
@@ -2528,10 +2586,11 @@ KVIDX__PRIV uint32_t kvidx__multi_find(const kvidx *ix, uint32_t s, uint32_t r, 
  * store adds: open addressing moves entries only on deletion). */
 typedef struct {
   uint32_t run, at;
+  KVIDX__A(uint64_t) *h; /* the holding's entry (holds entries move only when one is deleted) */
 } kvidx__hcache;
 
 KVIDX__PRIV void kvidx__hcache_flush(kvidx *ix, kvidx__hcache *hc) {
-  if (hc->run != KVIDX__NONE) kvidx__holder_set(ix, hc->run, kvidx__map_at(&ix->holds, hc->at));
+  if (hc->run != KVIDX__NONE) kvidx__holder_set(ix, hc->run, hc->h);
   hc->run = KVIDX__NONE;
 }
 
@@ -2539,9 +2598,16 @@ KVIDX__PRIV void kvidx__hcache_flush(kvidx *ix, kvidx__hcache *hc) {
  * keeps held / device / multi bits and the side counts.  The holder entry is
  * published when the cache moves on (kvidx__hcache_flush). */
 KVIDX__PRIV int kvidx__position_add(kvidx *ix, uint32_t s, uint32_t r, uint32_t off, int dev, kvidx__hcache *hc) {
-  uint32_t at = hc->run == r ? hc->at : kvidx__hold_find(ix, s, r);
+  uint32_t at;
   uint64_t bit = KVIDX__CAST(uint64_t, 1) << off;
   KVIDX__A(uint64_t) *h;
+  if (hc->run == r && !(kvidx__ld(&hc->h[KVIDX__H_HELD]) & bit)) { /* the common case: the next block of the run */
+    h = hc->h;
+    kvidx__st(&h[KVIDX__H_HELD], kvidx__ld(&h[KVIDX__H_HELD]) | bit);
+    if (dev && ix->tiers_on) kvidx__st(&h[ix->hdev], kvidx__ld(&h[ix->hdev]) | bit); /* else hdev is the held word */
+    return KVIDX_OK;
+  }
+  at = hc->run == r ? hc->at : kvidx__hold_find(ix, s, r);
   if (hc->run != r) kvidx__hcache_flush(ix, hc);
   if (at == KVIDX__NONE) {
     uint64_t e[5];
@@ -2554,7 +2620,7 @@ KVIDX__PRIV int kvidx__position_add(kvidx *ix, uint32_t s, uint32_t r, uint32_t 
   }
   hc->run = r;
   hc->at = at;
-  h = kvidx__map_at(&ix->holds, at);
+  hc->h = h = kvidx__map_at(&ix->holds, at);
   if (kvidx__ld(&h[KVIDX__H_HELD]) & bit) { /* a second seq for the same block */
     uint32_t m = kvidx__multi_find(ix, s, r, off);
     uint64_t c;
@@ -2580,10 +2646,11 @@ KVIDX__PRIV int kvidx__position_add(kvidx *ix, uint32_t s, uint32_t r, uint32_t 
  * find the holding once and publish its holder entry once. */
 KVIDX__PRIV void kvidx__position_sub(kvidx *ix, uint32_t s, uint32_t r, uint32_t off, int dev, int gone,
                                      kvidx__hcache *hc) {
-  uint32_t at = hc && hc->run == r ? hc->at : kvidx__hold_find(ix, s, r);
+  int hit = hc && hc->run == r;
+  uint32_t at = hit ? hc->at : kvidx__hold_find(ix, s, r);
   uint64_t bit = KVIDX__CAST(uint64_t, 1) << off;
-  KVIDX__A(uint64_t) *h = kvidx__map_at(&ix->holds, at);
-  if (hc && hc->run != r) kvidx__hcache_flush(ix, hc); /* before any holding is deleted (entries shift) */
+  KVIDX__A(uint64_t) *h = hit ? hc->h : kvidx__map_at(&ix->holds, at);
+  if (hc && !hit) kvidx__hcache_flush(ix, hc); /* before any holding is deleted (entries shift) */
   if (kvidx__ld(&h[KVIDX__H_MULTI]) & bit) {
     uint32_t m = kvidx__multi_find(ix, s, r, off);
     uint64_t c = kvidx__ld(&kvidx__map_at(&ix->multi, m)[2]) - (gone ? 1u : 0u) -
@@ -2607,6 +2674,7 @@ KVIDX__PRIV void kvidx__position_sub(kvidx *ix, uint32_t s, uint32_t r, uint32_t
   if (hc) { /* published when the caller moves on */
     hc->run = r;
     hc->at = at;
+    hc->h = h;
   } else {
     kvidx__holder_set(ix, r, h);
   }
@@ -2756,17 +2824,24 @@ KVIDX__PRIV void kvidx__heap_push(kvidx *ix, uint32_t s, uint64_t seq, uint64_t 
 KVIDX__PRIV uint32_t kvidx__seq_words(const kvidx *ix) { return ix->evict ? 4u : 2u; }
 
 /* Worker s lets go of the seq entry at `at` (every tier). */
-KVIDX__PRIV void kvidx__unhold_cached(kvidx *ix, uint32_t s, uint32_t at, kvidx__hcache *hc) {
+KVIDX__HOT void kvidx__unhold_cached(kvidx *ix, uint32_t s, uint32_t at, uint64_t pos, kvidx__hcache *hc) {
   kvidx__slot *sl = &ix->slots[s];
-  uint64_t pos = kvidx__ld(&kvidx__map_at(&sl->seqs, at)[1]);
-  kvidx__map_delete(ix, &sl->seqs, at);
+  uint32_t r = KVIDX__POS_RUN(pos), off = KVIDX__POS_OFF(pos);
+  uint64_t bit = KVIDX__CAST(uint64_t, 1) << off, held;
+  kvidx__seq_delete(ix, &sl->seqs, at);
   sl->blocks--;
   ix->blocks--;
-  kvidx__position_sub(ix, s, KVIDX__POS_RUN(pos), KVIDX__POS_OFF(pos), (KVIDX__POS_TIERS(pos) & KVIDX__DEVBIT) != 0, 1,
-                      hc);
+  if (hc && hc->run == r && !ix->tiers_on && !(kvidx__ld(&hc->h[KVIDX__H_MULTI]) & bit) &&
+      (held = kvidx__ld(&hc->h[KVIDX__H_HELD]) & ~bit) != 0) { /* the common case: more of the run stays */
+    kvidx__st(&hc->h[KVIDX__H_HELD], held);
+    return;
+  }
+  kvidx__position_sub(ix, s, r, off, (KVIDX__POS_TIERS(pos) & KVIDX__DEVBIT) != 0, 1, hc);
 }
 
-KVIDX__PRIV void kvidx__unhold(kvidx *ix, uint32_t s, uint32_t at) { kvidx__unhold_cached(ix, s, at, NULL); }
+KVIDX__PRIV void kvidx__unhold(kvidx *ix, uint32_t s, uint32_t at) {
+  kvidx__unhold_cached(ix, s, at, kvidx__ld(&kvidx__map_at(&ix->slots[s].seqs, at)[1]), NULL);
+}
 
 KVIDX__PRIV void kvidx__clear_slot(kvidx *ix, uint32_t s) {
   kvidx__slot *sl = &ix->slots[s];
@@ -2995,6 +3070,7 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
     return rc;
   if (s == KVIDX__NONE) { /* a new worker: its seq table too before anything changes */
     kvidx__map_init(&spare, kvidx__seq_words(ix), 1, 1, 0);
+    spare.seq = 1;
     if ((rc = kvidx__map_reserve(ix, &spare, n)) != KVIDX_OK) return rc;
   }
   if (ix->evict && ix->blocks > lim) /* make room: the store then fits */
@@ -3023,6 +3099,7 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
   undo.n = 0;
   undo.cap = 8;
   hc.run = hc.at = KVIDX__NONE;
+  hc.h = NULL;
   if (detached) off = KVIDX__DETACHED;
   kvidx__cursor_at(ix, &cur, r, off);
   /* while detached runs exist (only this store can add one), a block's
@@ -3034,7 +3111,7 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
     uint64_t e[4], h = homes[i % KVIDX__AHEAD];
     if (i + KVIDX__AHEAD < n) /* the seq table's line for a block further on */
       kvidx__map_prefetch(&sl->seqs, homes[i % KVIDX__AHEAD] = kvidx__key_hash(ix->seed, &b[i + KVIDX__AHEAD].seq, 1), 1);
-    at = kvidx__map_slot(&sl->seqs, &b[i].seq, h, &free_at);
+    at = kvidx__seq_slot(&sl->seqs, b[i].seq, h, &free_at);
     if (at != KVIDX__NONE) { /* the run goes on from the held block */
       uint64_t pos = kvidx__ld(&kvidx__map_at(&sl->seqs, at)[1]);
       kvidx__cursor_at(ix, &cur, KVIDX__POS_RUN(pos), KVIDX__POS_OFF(pos));
@@ -3053,12 +3130,19 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
       break;
     }
     e[0] = b[i].seq;
-    e[1] = KVIDX__POS(cur.r, cur.off, tbit);
+    e[1] = KVIDX__POS(cur.r, cur.off, tbit) | KVIDX__POS_TAG(h);
     if (ix->evict) {
       kvidx__keys(ix->evict, stamp, &ix->seqno, i, expires, &e[2], &e[3]);
       kvidx__heap_push(ix, s, b[i].seq, e[2], e[3]);
     }
-    kvidx__map_put_at(&sl->seqs, free_at, e);
+    if (ix->evict || (free_at & KVIDX__OLD)) {
+      kvidx__map_put_at(&sl->seqs, free_at, e);
+    } else { /* a two-word entry in the table inserts go to */
+      KVIDX__A(uint64_t) *w = kvidx__mtab_words(kvidx__ld(&sl->seqs.tab)) + 2 * KVIDX__CAST(size_t, free_at);
+      kvidx__st(&w[0], e[0]);
+      kvidx__st_rel(&w[1], e[1]);
+      sl->seqs.n++;
+    }
     sl->blocks++;
     ix->blocks++;
     added[i >> 6] |= KVIDX__CAST(uint64_t, 1) << (i & 63);
@@ -3115,6 +3199,7 @@ KVIDX__PRIV int kvidx__ix_remove(kvidx *ix, uint64_t id, uint32_t rank, const ui
   uint64_t homes[KVIDX__AHEAD]; /* seq hashes of the next seqs, computed once */
   if (s == KVIDX__NONE) return n ? KVIDX_ENOENT : KVIDX_OK;
   hc.run = hc.at = KVIDX__NONE;
+  hc.h = NULL;
   for (i = 0; i < n && i < KVIDX__AHEAD; i++)
     kvidx__map_prefetch(&ix->slots[s].seqs, homes[i] = kvidx__key_hash(ix->seed, &seq[i], 1), 2);
   for (i = 0; i < n; i++) {
@@ -3124,7 +3209,7 @@ KVIDX__PRIV int kvidx__ix_remove(kvidx *ix, uint64_t id, uint32_t rank, const ui
     KVIDX__A(uint64_t) *e;
     if (i + KVIDX__AHEAD < n)
       kvidx__map_prefetch(&sl->seqs, homes[i % KVIDX__AHEAD] = kvidx__key_hash(ix->seed, &seq[i + KVIDX__AHEAD], 1), 2);
-    if (!sl->seqs.n || (at = kvidx__map_slot(&sl->seqs, &seq[i], h, NULL)) == KVIDX__NONE) {
+    if (!sl->seqs.n || (at = kvidx__seq_slot(&sl->seqs, seq[i], h, NULL)) == KVIDX__NONE) {
       unknown++;
       continue;
     }
@@ -3135,7 +3220,7 @@ KVIDX__PRIV int kvidx__ix_remove(kvidx *ix, uint64_t id, uint32_t rank, const ui
     if (!(tiers & tb)) {
       unknown++; /* no copy on that tier */
     } else if (tiers == tb) {
-      kvidx__unhold_cached(ix, s, at, &hc);
+      kvidx__unhold_cached(ix, s, at, pos, &hc);
     } else { /* another tier's copy stays */
       kvidx__st(&e[1], pos & ~KVIDX__CAST(uint64_t, tb));
       if (tb & KVIDX__DEVBIT) kvidx__position_sub(ix, s, KVIDX__POS_RUN(pos), KVIDX__POS_OFF(pos), 1, 0, &hc);
@@ -4166,6 +4251,8 @@ KVIDX__PRIV int kvidx__check_map(kvidx *ix, const kvidx__map *m) {
     uint64_t key[2];
     for (k = 0; k < m->kw; k++) key[k] = kvidx__ld(&kvidx__map_at(m, at)[k]);
     KVIDX__CHK(kvidx__map_find(ix, m, key) == at);
+    KVIDX__CHK(!m->seq || KVIDX__POS_TAG(kvidx__key_hash(ix->seed, key, 1)) ==
+                              (kvidx__ld(&kvidx__map_at(m, at)[1]) & KVIDX__POS_TAG(~KVIDX__CAST(uint64_t, 0))));
     n++;
   }
   KVIDX__CHK(n == m->n && (!t || n * 4 <= (t->mask + 1) * 3) && (!o || t));

@@ -678,3 +678,94 @@ int t_hint_kept(void) {
   }
   return fails;
 }
+
+/* A worker's seq-table entries carry the low 16 bits of their key's hash
+ * (KVIDX__POS_TAG): a deletion's backward shift and a growth's drain take
+ * an entry's home from them in tables of at most 2^16 places, and hash the
+ * key in larger ones.  One worker of each kind grows past 2^16 places
+ * (T_TAG_N blocks, in stores of 1,000), lets go of every third block, takes
+ * them back and lets go of the rest, against the reference, then drains
+ * down (a table at most 1/8 full shrinks): both regimes, growing and
+ * shrinking.  A tag that is not its key's is refused by the checker. */
+#define T_TAG_N 60000u
+static uint64_t t_tag_seq(uint32_t i) { return 0x5EED0000u + (uint64_t)i * 0x9E3779B97F4A7C15ull; }
+static int t_tag_step(kvidx *ix, kvidx *ref, const uint64_t *q, int removing, uint32_t phase) {
+  static uint32_t at[1000];
+  kvidx *both[2];
+  uint32_t i, j, n = 0;
+  int fails = 0, k;
+  both[0] = ix, both[1] = ref;
+  for (i = 0; i < T_TAG_N; i++) {
+    if (phase == 3 ? i % 3 == 0 : i % 3 != 0) continue; /* 0: every third block; 3: the others */
+    at[n++] = i;
+    if (n < 1000 && i + 1 < T_TAG_N) continue;
+    for (k = 0; k < 2; k++) {
+      if (removing) {
+        static uint64_t sq[1000];
+        for (j = 0; j < n; j++) sq[j] = t_tag_seq(at[j]);
+        TD(kvidx_remove(both[k], 1, 0, sq, n) == KVIDX_OK);
+      } else { /* taken back one at a time, each below its chain predecessor */
+        for (j = 0; j < n; j++) {
+          kvidx_block bl;
+          uint64_t parent = t_tag_seq(at[j] - 1);
+          bl.local = t_det_local(at[j]), bl.seq = t_tag_seq(at[j]);
+          TD(kvidx_store(both[k], 1, 0, at[j] ? &parent : NULL, &bl, 1) == KVIDX_OK);
+        }
+      }
+    }
+    n = 0;
+  }
+  fails += t_same_answers(ix, ref, q, 64);
+  TD(kvidx__blocks_of(ix, 1, 0) == kvidx__blocks_of(ref, 1, 0));
+  TD(kvidx__check(ix) == 0);
+  return fails;
+}
+int t_seq_tags(void) {
+  static const int kinds[2] = {KVIDX_POSITIONAL, KVIDX_RADIX};
+  static kvidx_block b[1000];
+  uint64_t q[64], parent;
+  kvidx *ix, *ref;
+  uint32_t i, j, s;
+  int k, fails = 0;
+  for (i = 0; i < 64; i++) q[i] = t_det_local(i);
+  for (k = 0; k < 2; k++) {
+    kvidx__map *m;
+    if (t_with_ref(kinds[k], &ix, &ref)) return fails + 1;
+    for (i = 0; i < T_TAG_N; i += 1000) {
+      for (j = 0; j < 1000; j++) b[j].local = t_det_local(i + j), b[j].seq = t_tag_seq(i + j);
+      parent = t_tag_seq(i - 1);
+      TD(kvidx_store(ix, 1, 0, i ? &parent : NULL, b, 1000) == KVIDX_OK);
+      TD(kvidx_store(ref, 1, 0, i ? &parent : NULL, b, 1000) == KVIDX_OK);
+    }
+    s = kvidx__slot_find(ix, 1, 0);
+    m = &ix->slots[s].seqs;
+    kvidx__map_settle(ix, m);
+    TD(kvidx__ld(&m->tab)->mask > KVIDX__TAG_MASK); /* the untagged regime */
+    fails += t_same_answers(ix, ref, q, 64);
+    TD(kvidx__check(ix) == 0);
+    fails += t_tag_step(ix, ref, q, 1, 0); /* every third block goes */
+    fails += t_tag_step(ix, ref, q, 0, 0); /* and comes back */
+    fails += t_tag_step(ix, ref, q, 1, 3); /* the other two thirds go: 20,000 left */
+    fails += t_tag_step(ix, ref, q, 1, 0); /* and the rest: none left, the table shrank on the way */
+    TD(kvidx__blocks_of(ix, 1, 0) == 0);
+    for (j = 0; j < 100; j++) b[j].local = t_det_local(j), b[j].seq = t_tag_seq(j); /* a small table again */
+    TD(kvidx_store(ix, 1, 0, NULL, b, 100) == KVIDX_OK && kvidx_store(ref, 1, 0, NULL, b, 100) == KVIDX_OK);
+    fails += t_same_answers(ix, ref, q, 64);
+    s = kvidx__slot_find(ix, 1, 0);
+    m = &ix->slots[s].seqs;
+    kvidx__map_settle(ix, m);
+    TD(kvidx__ld(&m->tab)->mask <= KVIDX__TAG_MASK); /* the tagged regime */
+    { /* the checker refuses an entry whose tag is not its key's */
+      KVIDX__A(uint64_t) *e = kvidx__map_at(m, kvidx__map_find(ix, m, &b[7].seq));
+      uint64_t pos = kvidx__ld(&e[1]);
+      TD(kvidx__check(ix) == 0);
+      kvidx__st(&e[1], pos ^ (KVIDX__CAST(uint64_t, 1) << 20));
+      TD(kvidx__check(ix) != 0);
+      kvidx__st(&e[1], pos);
+      TD(kvidx__check(ix) == 0);
+    }
+    kvidx_destroy(ix);
+    kvidx_destroy(ref);
+  }
+  return fails;
+}

@@ -49,6 +49,7 @@ int t_seq_shrink(void);        /* seq tables shrink with holdings (test_impl.c):
 int t_detached(void);          /* holes do not pin their ancestors (test_impl.c): failed checks */
 int t_failed_store_shrinks(void); /* a failed store gives grown runs their length back (test_impl.c) */
 int t_hint_kept(void);          /* the walk's hint survives a branch let go of (test_impl.c) */
+int t_seq_tags(void);           /* seq-table entries' hash tags, both regimes (test_impl.c) */
 
 /* A snapshot stream in memory: kvidx_snapshot_write / _read callbacks. */
 typedef struct {
