@@ -285,8 +285,9 @@
  *          leaves more of the run held clears one bit inline; a store
  *          appends to the end of a run it made or logged without the
  *          general cursor step; stores and removals find their worker's
- *          slot through a small memo (W16 C2048 events: 214 -> 147 M
- *          instructions per replay).
+ *          slot through a small memo (W16 C2048 events: 214 -> 143 M
+ *          instructions per replay); a failed store's rollback records
+ *          the blocks it found held, not the ones it added.
  *   0.1.0  first release: hashing, reference model, radix and positional
  *          indexes, caller-buffer mode, seqlock reader path, event ids,
  *          storage tiers, eviction policies and TTL mode, dumps and binary
@@ -1403,7 +1404,7 @@ KVIDX__PRIV uint32_t kvidx__chunk_alloc(kvidx *ix, unsigned c) {
 
 KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__mtab_words(const kvidx__mtab *t) { return t->words; }
 
-KVIDX__PRIV uint64_t kvidx__mix(uint64_t x) {
+KVIDX__HOT uint64_t kvidx__mix(uint64_t x) {
   x ^= x >> 33;
   x *= 0xff51afd7ed558ccdULL;
   x ^= x >> 33;
@@ -1412,7 +1413,7 @@ KVIDX__PRIV uint64_t kvidx__mix(uint64_t x) {
   return x;
 }
 
-KVIDX__PRIV uint64_t kvidx__key_hash(uint64_t seed, const uint64_t *key, uint32_t kw) {
+KVIDX__HOT uint64_t kvidx__key_hash(uint64_t seed, const uint64_t *key, uint32_t kw) {
   uint64_t h = kvidx__mix(key[0] ^ seed);
   if (kw > 1) h = kvidx__mix(h ^ (key[1] + (seed >> 7)));
   return h;
@@ -3065,7 +3066,7 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
   uint32_t s = kvidx__slot_of(ix, id, rank), r = KVIDX__NONE, off = 0, tbit = 1u << tier;
   kvidx__cursor cur;
   uint64_t stamp = ++ix->stamp;
-  uint64_t added_small[16], *added = added_small;
+  uint64_t held_small[16], *held = held_small; /* blocks found held */
   kvidx__hcache hc;
   kvidx__map spare;
   uint64_t homes[KVIDX__AHEAD]; /* seq hashes of the next blocks, computed once */
@@ -3075,7 +3076,7 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
   int draining;
   kvidx__undo undo;
   size_t i, lim = ix->max_blocks < n ? 0 : ix->max_blocks - n;
-  int rc = KVIDX_OK, saw_held = 0, track, chain_ok = 0;
+  int rc = KVIDX_OK, saw_held = 0, track, chain_ok = 0, tail = 0;
   kvidx__slot *sl;
   for (i = 0; i < n && i < KVIDX__AHEAD; i++) /* the first blocks' seq lines, while the parent's loads */
     homes[i] = kvidx__key_hash(ix->seed, &b[i].seq, 1);
@@ -3121,14 +3122,14 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
     kvidx__map_move(&ix->slots[s].seqs, &spare);
   }
   sl = &ix->slots[s];
-  if (n > 64 * 16) { /* which blocks this call adds: a rollback takes exactly those back */
-    added = KVIDX__CAST(uint64_t *, kvidx__alloc(ix, (n + 63) / 64 * 8));
-    if (!added) {
+  if (n > 64 * 16) { /* which blocks were held: a rollback takes exactly the others back */
+    held = KVIDX__CAST(uint64_t *, kvidx__alloc(ix, (n + 63) / 64 * 8));
+    if (!held) {
       if (!sl->blocks) kvidx__slot_release(ix, s);
       return kvidx__oom(ix);
     }
   }
-  memset(added, 0, (n + 63) / 64 * 8);
+  memset(held, 0, (n + 63) / 64 * 8);
   undo.rec = undo.small;
   undo.n = 0;
   undo.cap = 8;
@@ -3160,10 +3161,11 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
       kvidx__cursor_at(ix, &cur, KVIDX__POS_RUN(pos), KVIDX__POS_OFF(pos));
       chain_ok = 0;
       saw_held = 1;
+      held[i >> 6] |= KVIDX__CAST(uint64_t, 1) << (i & 63);
+      tail = 0;
       continue;
     }
-    if (!track && cur.rn && cur.off + 1 == cur.len && !cur.kids && (cur.made || cur.logged) &&
-        cur.len < cur.cap && ix->entries < ix->max_entries) {
+    if (tail && cur.len < cur.cap && ix->entries < ix->max_entries) {
       /* the common case: one more block at the end of a run this store made
        * or already logged, with room in its locals and nothing below it */
       kvidx__run *rn = cur.rn;
@@ -3185,6 +3187,10 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
         kvidx__run_release(ix, cur.r); /* a run made for this block and left empty */
         break;
       }
+      /* at the end of a run this store made or logged, nothing below it: the
+       * next new blocks append there (the run's kids cannot change while the
+       * cursor stays) */
+      tail = !track && cur.rn && cur.off + 1 == cur.len && !cur.kids && (cur.made || cur.logged);
     }
     if ((rc = kvidx__position_add(ix, s, cur.r, cur.off, tier == KVIDX_TIER_DEVICE, &hc)) != KVIDX_OK) {
       kvidx__run_release(ix, cur.r);
@@ -3208,7 +3214,6 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
     }
     sl->blocks++;
     ix->blocks++;
-    added[i >> 6] |= KVIDX__CAST(uint64_t, 1) << (i & 63);
   }
   kvidx__hcache_flush(ix, &hc);
   if (rc != KVIDX_OK) { /* roll back: runs hung back detach again, this call's seqs go (newest
@@ -3224,16 +3229,16 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
         kvidx__run_detach(ix, undo.rec[2 * j]);
     }
     while (i-- > 0)
-      if (added[i >> 6] >> (i & 63) & 1) kvidx__unhold(ix, s, kvidx__map_find(ix, &sl->seqs, &b[i].seq));
+      if (!(held[i >> 6] >> (i & 63) & 1)) kvidx__unhold(ix, s, kvidx__map_find(ix, &sl->seqs, &b[i].seq));
     for (j = undo.n; j-- > 0;)
       if (undo.rec[2 * j + 1] != KVIDX__REJOINED) kvidx__run_shorten(ix, undo.rec[2 * j], undo.rec[2 * j + 1]);
     if (undo.rec != undo.small) kvidx__free(ix, undo.rec, undo.cap * 8);
-    if (added != added_small) kvidx__free(ix, added, (n + 63) / 64 * 8);
+    if (held != held_small) kvidx__free(ix, held, (n + 63) / 64 * 8);
     if (!sl->blocks) kvidx__slot_release(ix, s);
     return rc;
   }
   if (undo.rec != undo.small) kvidx__free(ix, undo.rec, undo.cap * 8);
-  if (added != added_small) kvidx__free(ix, added, (n + 63) / 64 * 8);
+  if (held != held_small) kvidx__free(ix, held, (n + 63) / 64 * 8);
   if (track && chain_ok) { /* where the worker's next store (a decode step) most likely goes on */
     ix->chain_hint_run = cur.r;
     ix->chain_hint_off = cur.off;
