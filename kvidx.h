@@ -285,7 +285,7 @@
  *          leaves more of the run held clears one bit inline; a store
  *          appends to the end of a run it made or logged without the
  *          general cursor step; stores and removals find their worker's
- *          slot through a small memo (W16 C2048 events: 214 -> 143 M
+ *          slot through a small memo (W16 C2048 events: 214 -> 144 M
  *          instructions per replay); a failed store's rollback records
  *          the blocks it found held, not the ones it added.
  *   0.1.0  first release: hashing, reference model, radix and positional
@@ -1760,6 +1760,24 @@ KVIDX__PRIV void kvidx__map_put_at(kvidx__map *m, uint32_t at, const uint64_t *e
   m->n++;
 }
 
+/* Backward-shift deletion in a table of two-word entries whose word 1 marks
+ * a place used, the place i just emptied: later entries of its cluster
+ * whose home is not in (i, j] move back.  The home comes from an entry's
+ * tag in a seq table of at most 2^16 places (tagged), else from hashing
+ * its key. */
+KVIDX__HOT void kvidx__shift_back2(KVIDX__A(uint64_t) *w, uint64_t i, uint64_t mask, uint64_t seed, int tagged) {
+  uint64_t j, v;
+  for (j = (i + 1) & mask; (v = kvidx__ld(&w[2 * j + 1])) != 0; j = (j + 1) & mask) {
+    uint64_t h = tagged ? KVIDX__TAG_HOME(v, mask) : kvidx__mix(kvidx__ld(&w[2 * j]) ^ seed) & mask;
+    if (((j - h) & mask) >= ((j - i) & mask)) { /* j's home is not in (i, j]: move it back */
+      kvidx__st(&w[2 * i], kvidx__ld(&w[2 * j]));
+      kvidx__st(&w[2 * i + 1], v);
+      kvidx__st(&w[2 * j + 1], KVIDX__CAST(uint64_t, 0));
+      i = j;
+    }
+  }
+}
+
 KVIDX__PRIV void kvidx__map_delete(kvidx *ix, kvidx__map *m, uint32_t at) {
   kvidx__mtab *t = kvidx__map_tab_of(m, at);
   KVIDX__A(uint64_t) *w = kvidx__mtab_words(t);
@@ -1772,16 +1790,7 @@ KVIDX__PRIV void kvidx__map_delete(kvidx *ix, kvidx__map *m, uint32_t at) {
   }
   kvidx__st(&w[i * ew + occ], KVIDX__CAST(uint64_t, 0));
   if (ew == 2 && kw == 1 && occ == 1 && !shared) { /* seq tables: the common case, straight */
-    uint64_t v;
-    for (j = (i + 1) & mask; (v = kvidx__ld(&w[2 * j + 1])) != 0; j = (j + 1) & mask) {
-      uint64_t k0 = kvidx__ld(&w[2 * j]), h = kvidx__mix(k0 ^ seed) & mask;
-      if (((j - h) & mask) >= ((j - i) & mask)) { /* j's home is not in (i, j]: move it back */
-        kvidx__st(&w[2 * i], k0);
-        kvidx__st(&w[2 * i + 1], v);
-        kvidx__st(&w[2 * j + 1], KVIDX__CAST(uint64_t, 0));
-        i = j;
-      }
-    }
+    kvidx__shift_back2(w, i, mask, seed, m->seq && mask <= KVIDX__TAG_MASK);
   } else {
     for (j = (i + 1) & mask; kvidx__ld(&w[j * ew + occ]); j = (j + 1) & mask) {
       uint64_t key[2], h;
@@ -1800,13 +1809,38 @@ KVIDX__PRIV void kvidx__map_delete(kvidx *ix, kvidx__map *m, uint32_t at) {
   if (shared) kvidx__st_rel(&m->moves, kvidx__ld(&m->moves) + 1);
 }
 
-/* Writer: a seq table's place for seq (hash h), or KVIDX__NONE and
- * (free_at) where an insert would go; the straight probe while no growth
- * drains, the common case. */
-KVIDX__HOT uint32_t kvidx__seq_slot(const kvidx__map *m, uint64_t seq, uint64_t h, uint32_t *free_at) {
-  kvidx__map *mm = KVIDX__UNC(kvidx__map *, m);
-  if (!kvidx__ld(&mm->old)) return kvidx__mtab_probe_seq(kvidx__ld(&mm->tab), m->ew, seq, h, free_at);
-  return kvidx__map_slot(m, &seq, h, free_at);
+/* Writer: a worker's seq table as a store's pass 1 or a removal's loop
+ * sees it.  Nothing grows or moves the table before such a call ends (a
+ * store reserved first; removals only shift entries), so its words, mask
+ * and stride are taken once. */
+typedef struct {
+  kvidx__map *m;
+  const kvidx__mtab *t;
+  KVIDX__A(uint64_t) *w;
+  uint64_t mask, ew;
+  int draining; /* a growth drains: probes and puts go through the map's code */
+} kvidx__seqview;
+
+KVIDX__HOT void kvidx__seqview_of(kvidx__seqview *v, kvidx__map *m) {
+  v->m = m;
+  v->t = kvidx__ld(&m->tab);
+  v->w = kvidx__mtab_words(v->t);
+  v->mask = v->t->mask;
+  v->ew = m->ew;
+  v->draining = kvidx__ld(&m->old) != NULL;
+}
+
+/* The line where the probe for hash h starts (and the next one). */
+KVIDX__HOT void kvidx__seqview_prefetch(const kvidx__seqview *v, uint64_t h, int lines) {
+  KVIDX__A(uint64_t) *w = v->w + (h & v->mask) * v->ew;
+  KVIDX__PREFETCH(w);
+  if (lines > 1) KVIDX__PREFETCH(w + 8);
+}
+
+/* The place holding seq (hash h), or KVIDX__NONE and (free_at) where an
+ * insert would go. */
+KVIDX__HOT uint32_t kvidx__seqview_find(const kvidx__seqview *v, uint64_t seq, uint64_t h, uint32_t *free_at) {
+  return v->draining ? kvidx__map_slot(v->m, &seq, h, free_at) : kvidx__mtab_probe_seq(v->t, v->ew, seq, h, free_at);
 }
 
 /* Writer: delete a seq table's entry at `at`: the two-word entries of an
@@ -1814,32 +1848,13 @@ KVIDX__HOT uint32_t kvidx__seq_slot(const kvidx__map *m, uint64_t seq, uint64_t 
  * any map's. */
 KVIDX__HOT void kvidx__seq_delete(kvidx *ix, kvidx__map *m, uint32_t at) {
   const kvidx__mtab *t = kvidx__ld(&m->tab);
-  KVIDX__A(uint64_t) *w;
-  uint64_t i = at, j, mask, seed = ix->seed, v;
+  KVIDX__A(uint64_t) *w = kvidx__mtab_words(t);
   if (m->ew != 2 || (at & KVIDX__OLD) || !m->seq) {
     kvidx__map_delete(ix, m, at);
     return;
   }
-  w = kvidx__mtab_words(t);
-  mask = t->mask;
-  kvidx__st(&w[2 * i + 1], KVIDX__CAST(uint64_t, 0));
-  if (mask <= KVIDX__TAG_MASK) {
-    for (j = (i + 1) & mask; (v = kvidx__ld(&w[2 * j + 1])) != 0; j = (j + 1) & mask)
-      if (((j - KVIDX__TAG_HOME(v, mask)) & mask) >= ((j - i) & mask)) { /* j's home is not in (i, j]: move it back */
-        kvidx__st(&w[2 * i], kvidx__ld(&w[2 * j]));
-        kvidx__st(&w[2 * i + 1], v);
-        kvidx__st(&w[2 * j + 1], KVIDX__CAST(uint64_t, 0));
-        i = j;
-      }
-  } else {
-    for (j = (i + 1) & mask; (v = kvidx__ld(&w[2 * j + 1])) != 0; j = (j + 1) & mask)
-      if (((j - (kvidx__mix(kvidx__ld(&w[2 * j]) ^ seed) & mask)) & mask) >= ((j - i) & mask)) {
-        kvidx__st(&w[2 * i], kvidx__ld(&w[2 * j]));
-        kvidx__st(&w[2 * i + 1], v);
-        kvidx__st(&w[2 * j + 1], KVIDX__CAST(uint64_t, 0));
-        i = j;
-      }
-  }
+  kvidx__st(&w[2 * KVIDX__CAST(uint64_t, at) + 1], KVIDX__CAST(uint64_t, 0));
+  kvidx__shift_back2(w, at, t->mask, ix->seed, t->mask <= KVIDX__TAG_MASK);
   m->n--;
 }
 
@@ -2363,11 +2378,11 @@ KVIDX__PRIV uint32_t kvidx__run_new(kvidx *ix, uint32_t parent, uint32_t poff, u
 
 /* Append one block to run rn (len < 64) whose locals are at *lw (updated
  * when they move to a bigger chunk); 0 if the locals could not grow. */
-KVIDX__PRIV int kvidx__run_append(kvidx *ix, kvidx__run *rn, KVIDX__A(uint64_t) **lw, uint64_t local) {
-  uint32_t shape = kvidx__ld(&rn->shape), len = KVIDX__LEN(shape), lc = KVIDX__LCLS(shape);
-  uint32_t li = kvidx__ld(&rn->locals), nli = li;
+KVIDX__HOT int kvidx__run_append(kvidx *ix, kvidx__run *rn, KVIDX__A(uint64_t) **lw, uint64_t local) {
+  uint32_t shape = kvidx__ld(&rn->shape), len = KVIDX__LEN(shape), lc = KVIDX__LCLS(shape), li = 0, nli = KVIDX__NONE;
   KVIDX__A(uint64_t) *w = *lw;
   if (len == (1u << lc)) { /* full: move to the next class */
+    li = kvidx__ld(&rn->locals);
     if ((nli = kvidx__chunk_alloc(ix, lc + 1)) == KVIDX__NONE) return 0;
     kvidx__words_copy(ix, nli, li, len);
     w = kvidx__word(ix, nli);
@@ -2375,10 +2390,14 @@ KVIDX__PRIV int kvidx__run_append(kvidx *ix, kvidx__run *rn, KVIDX__A(uint64_t) 
   kvidx__run_wbegin(rn);
   KVIDX_TEST_HOOK(ix, 2); /* a run growing */
   kvidx__st(&w[len], local);
-  kvidx__st(&rn->locals, nli);
-  kvidx__st(&rn->shape, KVIDX__SHAPE(len + 1, KVIDX__POFF(shape), nli != li ? lc + 1 : lc, KVIDX__HCLS(shape)));
+  if (nli == KVIDX__NONE) {
+    kvidx__st(&rn->shape, shape + 1); /* the length is the low byte (< 64) */
+  } else {
+    kvidx__st(&rn->locals, nli);
+    kvidx__st(&rn->shape, KVIDX__SHAPE(len + 1, KVIDX__POFF(shape), lc + 1, KVIDX__HCLS(shape)));
+  }
   kvidx__run_wend(rn);
-  if (nli != li) kvidx__chunk_free(ix, li, lc);
+  if (nli != KVIDX__NONE) kvidx__chunk_free(ix, li, lc);
   ix->entries++;
   *lw = w;
   return 1;
@@ -2671,8 +2690,8 @@ KVIDX__PRIV int kvidx__position_add(kvidx *ix, uint32_t s, uint32_t r, uint32_t 
 /* One seq of worker s at (r, off) goes (gone = 1) or loses its device copy
  * (gone = 0, dev = 1).  With a cache (removals) consecutive blocks of one run
  * find the holding once and publish its holder entry once. */
-KVIDX__PRIV void kvidx__position_sub(kvidx *ix, uint32_t s, uint32_t r, uint32_t off, int dev, int gone,
-                                     kvidx__hcache *hc) {
+KVIDX__PRIV void kvidx__position_sub_slow(kvidx *ix, uint32_t s, uint32_t r, uint32_t off, int dev, int gone,
+                                          kvidx__hcache *hc) {
   int hit = hc && hc->run == r;
   uint32_t at = hit ? hc->at : kvidx__hold_find(ix, s, r);
   uint64_t bit = KVIDX__CAST(uint64_t, 1) << off;
@@ -2705,6 +2724,20 @@ KVIDX__PRIV void kvidx__position_sub(kvidx *ix, uint32_t s, uint32_t r, uint32_t
   } else {
     kvidx__holder_set(ix, r, h);
   }
+}
+
+/* The common case inline: a block of the cached run, held under one seq,
+ * goes and more of the run stays held. */
+KVIDX__HOT void kvidx__position_sub(kvidx *ix, uint32_t s, uint32_t r, uint32_t off, int dev, int gone,
+                                    kvidx__hcache *hc) {
+  uint64_t bit = KVIDX__CAST(uint64_t, 1) << off, held;
+  if (gone && hc && hc->run == r && !(kvidx__ld(&hc->h[KVIDX__H_MULTI]) & bit) &&
+      (held = kvidx__ld(&hc->h[KVIDX__H_HELD]) & ~bit) != 0) {
+    kvidx__st(&hc->h[KVIDX__H_HELD], held);
+    if (dev && ix->tiers_on) kvidx__st(&hc->h[ix->hdev], kvidx__ld(&hc->h[ix->hdev]) & ~bit); /* else hdev is held */
+    return;
+  }
+  kvidx__position_sub_slow(ix, s, r, off, dev, gone, hc);
 }
 
 /* A held seq gains a device copy. */
@@ -2853,17 +2886,11 @@ KVIDX__PRIV uint32_t kvidx__seq_words(const kvidx *ix) { return ix->evict ? 4u :
 /* Worker s lets go of the seq entry at `at` (every tier). */
 KVIDX__HOT void kvidx__unhold_cached(kvidx *ix, uint32_t s, uint32_t at, uint64_t pos, kvidx__hcache *hc) {
   kvidx__slot *sl = &ix->slots[s];
-  uint32_t r = KVIDX__POS_RUN(pos), off = KVIDX__POS_OFF(pos);
-  uint64_t bit = KVIDX__CAST(uint64_t, 1) << off, held;
   kvidx__seq_delete(ix, &sl->seqs, at);
   sl->blocks--;
   ix->blocks--;
-  if (hc && hc->run == r && !ix->tiers_on && !(kvidx__ld(&hc->h[KVIDX__H_MULTI]) & bit) &&
-      (held = kvidx__ld(&hc->h[KVIDX__H_HELD]) & ~bit) != 0) { /* the common case: more of the run stays */
-    kvidx__st(&hc->h[KVIDX__H_HELD], held);
-    return;
-  }
-  kvidx__position_sub(ix, s, r, off, (KVIDX__POS_TIERS(pos) & KVIDX__DEVBIT) != 0, 1, hc);
+  kvidx__position_sub(ix, s, KVIDX__POS_RUN(pos), KVIDX__POS_OFF(pos), (KVIDX__POS_TIERS(pos) & KVIDX__DEVBIT) != 0, 1,
+                      hc);
 }
 
 KVIDX__PRIV void kvidx__unhold(kvidx *ix, uint32_t s, uint32_t at) {
@@ -2916,7 +2943,6 @@ KVIDX__PRIV void kvidx__prune(kvidx *ix, size_t limit, uint32_t ps, const uint64
  * blocks of one run look nothing up again. */
 typedef struct {
   uint32_t r, off, len, kids;
-  uint32_t cap;           /* room in its locals chunk (blocks) */
   kvidx__run *rn;         /* the run (NULL at the root) */
   KVIDX__A(uint64_t) *lw; /* its locals */
   int made;               /* this store made the run and the cursor has stayed
@@ -2973,15 +2999,13 @@ KVIDX__PRIV void kvidx__cursor_at(const kvidx *ix, kvidx__cursor *c, uint32_t r,
   c->off = off;
   c->made = c->logged = 0;
   if (r == KVIDX__NONE) { /* the root: its children are root runs */
-    c->len = c->cap = 0;
+    c->len = 0;
     c->kids = 1;
     c->rn = NULL;
     c->lw = NULL;
   } else {
     kvidx__run *rn = c->rn = kvidx__run_at(ix, r);
-    uint32_t shape = kvidx__ld(&rn->shape);
-    c->len = KVIDX__LEN(shape);
-    c->cap = KVIDX__CAST(uint32_t, 1) << KVIDX__LCLS(shape);
+    c->len = KVIDX__LEN(kvidx__ld(&rn->shape));
     c->kids = kvidx__ld(&rn->kids);
     c->lw = kvidx__word(ix, kvidx__ld(&rn->locals));
   }
@@ -3022,7 +3046,6 @@ KVIDX__PRIV int kvidx__advance(kvidx *ix, kvidx__cursor *c, uint64_t local, size
       c->logged = 1;
     }
     if (!kvidx__run_append(ix, c->rn, &c->lw, local)) return kvidx__oom(ix);
-    c->cap = KVIDX__CAST(uint32_t, 1) << KVIDX__LCLS(kvidx__ld(&c->rn->shape));
     c->len++;
     c->off++;
     return KVIDX_OK;
@@ -3071,9 +3094,8 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
   kvidx__map spare;
   uint64_t homes[KVIDX__AHEAD]; /* seq hashes of the next blocks, computed once */
   uint64_t chain = 0;           /* the cursor's chain hash, if track and chain_ok */
-  KVIDX__A(uint64_t) *seqw;     /* the worker's seq table, as pass 1 sees it */
-  uint64_t seqmask, seqew;
-  int draining;
+  kvidx__seqview sv;            /* the worker's seq table, as pass 1 sees it */
+  int plain;                    /* its puts: two words, straight */
   kvidx__undo undo;
   size_t i, lim = ix->max_blocks < n ? 0 : ix->max_blocks - n;
   int rc = KVIDX_OK, saw_held = 0, track, chain_ok = 0, tail = 0;
@@ -3141,21 +3163,14 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
    * chain tells whether a position it makes is one of them; it is folded
    * from the runs only when a new block needs it (not for held ones) */
   track = ix->detached || detached;
-  /* pass 1 probes and fills the seq table as it is now: nothing grows it
-   * before the store ends (the reservation above), so its words are local */
-  seqw = kvidx__mtab_words(kvidx__ld(&sl->seqs.tab));
-  seqmask = kvidx__ld(&sl->seqs.tab)->mask;
-  seqew = sl->seqs.ew;
-  draining = kvidx__ld(&sl->seqs.old) != NULL;
+  kvidx__seqview_of(&sv, &sl->seqs);
+  plain = !ix->evict && !sv.draining;
   for (i = 0; i < n; i++) { /* pass 1: new blocks; held ones are left as they are */
     uint32_t free_at = KVIDX__NONE, at;
     uint64_t h = homes[i % KVIDX__AHEAD], pos;
-    if (i + KVIDX__AHEAD < n) { /* the seq table's line for a block further on */
-      uint64_t ha = homes[i % KVIDX__AHEAD] = kvidx__key_hash(ix->seed, &b[i + KVIDX__AHEAD].seq, 1);
-      KVIDX__PREFETCH(seqw + (ha & seqmask) * seqew);
-    }
-    at = draining ? kvidx__seq_slot(&sl->seqs, b[i].seq, h, &free_at)
-                  : kvidx__mtab_probe_seq(kvidx__ld(&sl->seqs.tab), seqew, b[i].seq, h, &free_at);
+    if (i + KVIDX__AHEAD < n) /* the seq table's line for a block further on */
+      kvidx__seqview_prefetch(&sv, homes[i % KVIDX__AHEAD] = kvidx__key_hash(ix->seed, &b[i + KVIDX__AHEAD].seq, 1), 1);
+    at = kvidx__seqview_find(&sv, b[i].seq, h, &free_at);
     if (at != KVIDX__NONE) { /* the run goes on from the held block */
       pos = kvidx__ld(&kvidx__map_at(&sl->seqs, at)[1]);
       kvidx__cursor_at(ix, &cur, KVIDX__POS_RUN(pos), KVIDX__POS_OFF(pos));
@@ -3165,18 +3180,16 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
       tail = 0;
       continue;
     }
-    if (tail && cur.len < cur.cap && ix->entries < ix->max_entries) {
+    if (tail && ix->entries < ix->max_entries) {
       /* the common case: one more block at the end of a run this store made
-       * or already logged, with room in its locals and nothing below it */
-      kvidx__run *rn = cur.rn;
-      uint32_t shape = kvidx__ld(&rn->shape);
-      kvidx__run_wbegin(rn);
-      KVIDX_TEST_HOOK(ix, 2); /* a run growing */
-      kvidx__st(&cur.lw[cur.len], b[i].local);
-      kvidx__st(&rn->shape, shape + 1); /* len is the low byte, < 64 */
-      kvidx__run_wend(rn);
-      ix->entries++;
+       * or already logged, with nothing below it (kvidx__advance's last
+       * case without the cases before it) */
+      if (!kvidx__run_append(ix, cur.rn, &cur.lw, b[i].local)) {
+        rc = kvidx__oom(ix);
+        break;
+      }
       cur.off = cur.len++;
+      tail = cur.len < KVIDX__RUN_MAX;
     } else {
       if (track) {
         if (cur.r == KVIDX__NONE) chain = b[i].local; /* a root or detached store's first block */
@@ -3190,14 +3203,15 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
       /* at the end of a run this store made or logged, nothing below it: the
        * next new blocks append there (the run's kids cannot change while the
        * cursor stays) */
-      tail = !track && cur.rn && cur.off + 1 == cur.len && !cur.kids && (cur.made || cur.logged);
+      tail = !track && cur.rn && cur.off + 1 == cur.len && cur.len < KVIDX__RUN_MAX && !cur.kids &&
+             (cur.made || cur.logged);
     }
     if ((rc = kvidx__position_add(ix, s, cur.r, cur.off, tier == KVIDX_TIER_DEVICE, &hc)) != KVIDX_OK) {
       kvidx__run_release(ix, cur.r);
       break;
     }
     pos = KVIDX__POS(cur.r, cur.off, tbit) | KVIDX__POS_TAG(h);
-    if (ix->evict || draining) {
+    if (!plain) {
       uint64_t e[4];
       e[0] = b[i].seq;
       e[1] = pos;
@@ -3207,7 +3221,7 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
       }
       kvidx__map_put_at(&sl->seqs, free_at, e);
     } else { /* a two-word entry */
-      KVIDX__A(uint64_t) *w = seqw + 2 * KVIDX__CAST(size_t, free_at);
+      KVIDX__A(uint64_t) *w = sv.w + 2 * KVIDX__CAST(size_t, free_at);
       kvidx__st(&w[0], b[i].seq);
       kvidx__st_rel(&w[1], pos);
       sl->seqs.n++;
@@ -3265,41 +3279,25 @@ KVIDX__PRIV int kvidx__ix_remove(kvidx *ix, uint64_t id, uint32_t rank, const ui
   size_t i, unknown = 0;
   kvidx__hcache hc;
   uint64_t homes[KVIDX__AHEAD]; /* seq hashes of the next seqs, computed once */
-  kvidx__slot *sl;
-  const kvidx__mtab *st;
-  KVIDX__A(uint64_t) *seqw;
-  uint64_t seqmask, seqew;
-  int draining;
+  kvidx__seqview sv;
   if (s == KVIDX__NONE) return n ? KVIDX_ENOENT : KVIDX_OK;
   hc.run = hc.at = KVIDX__NONE;
   hc.h = NULL;
-  sl = &ix->slots[s];
-  st = kvidx__ld(&sl->seqs.tab); /* removals shift entries, never move the table */
-  seqw = kvidx__mtab_words(st);
-  seqmask = st->mask;
-  seqew = sl->seqs.ew;
-  draining = kvidx__ld(&sl->seqs.old) != NULL;
-  for (i = 0; i < n && i < KVIDX__AHEAD; i++) { /* a deletion's shift reads on: two lines */
-    KVIDX__A(uint64_t) *w = seqw + ((homes[i] = kvidx__key_hash(ix->seed, &seq[i], 1)) & seqmask) * seqew;
-    KVIDX__PREFETCH(w);
-    KVIDX__PREFETCH(w + 8);
-  }
+  kvidx__seqview_of(&sv, &ix->slots[s].seqs);
+  for (i = 0; i < n && i < KVIDX__AHEAD; i++) /* a deletion's shift reads on: two lines */
+    kvidx__seqview_prefetch(&sv, homes[i] = kvidx__key_hash(ix->seed, &seq[i], 1), 2);
   for (i = 0; i < n; i++) {
     uint64_t h = homes[i % KVIDX__AHEAD], pos;
     uint32_t at, tiers, tb;
     KVIDX__A(uint64_t) *e;
-    if (i + KVIDX__AHEAD < n) {
-      KVIDX__A(uint64_t) *w =
-          seqw + ((homes[i % KVIDX__AHEAD] = kvidx__key_hash(ix->seed, &seq[i + KVIDX__AHEAD], 1)) & seqmask) * seqew;
-      KVIDX__PREFETCH(w);
-      KVIDX__PREFETCH(w + 8);
-    }
-    at = draining ? kvidx__seq_slot(&sl->seqs, seq[i], h, NULL) : kvidx__mtab_probe_seq(st, seqew, seq[i], h, NULL);
+    if (i + KVIDX__AHEAD < n)
+      kvidx__seqview_prefetch(&sv, homes[i % KVIDX__AHEAD] = kvidx__key_hash(ix->seed, &seq[i + KVIDX__AHEAD], 1), 2);
+    at = kvidx__seqview_find(&sv, seq[i], h, NULL);
     if (at == KVIDX__NONE) {
       unknown++;
       continue;
     }
-    e = draining ? kvidx__map_at(&sl->seqs, at) : seqw + KVIDX__CAST(size_t, at) * seqew;
+    e = sv.draining ? kvidx__map_at(sv.m, at) : sv.w + KVIDX__CAST(size_t, at) * sv.ew;
     pos = kvidx__ld(&e[1]);
     tiers = KVIDX__POS_TIERS(pos);
     tb = tier == KVIDX_TIER_ALL ? tiers : (1u << tier);
