@@ -50,7 +50,7 @@ define apt_install
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "$@: installing$$missing"; mkdir -p $(BUILD); \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing) \
+	    (apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends $$missing) \
 	      >$(BUILD)/apt-$@.log 2>&1 || { echo "$@: apt-get failed, see $(BUILD)/apt-$@.log"; exit 1; }; \
 	  else \
 	    echo "$@: missing Debian packages:$$missing (run: sudo apt-get install$$missing)"; exit 1; \

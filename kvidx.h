@@ -3453,6 +3453,19 @@ KVIDX__PRIV uint32_t kvidx__walk_peek(kvidx *ix, uint32_t r, uint32_t hw) {
   return c;
 }
 
+/* How many leading locals of a run (lw) equal the query's (q), of at most
+ * max: four at a time while they all match (a long prompt compares
+ * thousands: one branch per four). */
+KVIDX__HOT uint32_t kvidx__match_len(KVIDX__A(uint64_t) *lw, const uint64_t *q, uint32_t max) {
+  uint32_t m = 0;
+  for (; m + 4 <= max; m += 4)
+    if (((kvidx__ld(&lw[m]) ^ q[m]) | (kvidx__ld(&lw[m + 1]) ^ q[m + 1]) | (kvidx__ld(&lw[m + 2]) ^ q[m + 2]) |
+         (kvidx__ld(&lw[m + 3]) ^ q[m + 3])) != 0)
+      break;
+  for (; m < max && kvidx__ld(&lw[m]) == q[m]; m++) {}
+  return m;
+}
+
 /* One holder seen in a run: slot | cutoff << 16 | device blocks << 24. */
 #define KVIDX__HIT(s, cut, dev) ((s) | (cut) << 16 | (dev) << 24)
 
@@ -3460,7 +3473,7 @@ KVIDX__PRIV uint32_t kvidx__walk_peek(kvidx *ix, uint32_t r, uint32_t hw) {
 KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *loc, size_t n, kvidx__sink *k,
                              uint32_t *dev) {
   kvidx *ix = KVIDX__MUT(cix);
-  uint64_t act[KVIDX__NW_MAX], seen[KVIDX__NW_MAX];
+  uint64_t act[KVIDX__NW_MAX], seen[KVIDX__NW_MAX], next[KVIDX__NW_MAX];
   uint32_t hits[KVIDX_WORKERS_MAX];
   uint32_t nw = rc->nw, r, w, hw = ix->hw, first = 1, prev = KVIDX__NONE, poff = 0, nhits = 0, m = 0, j, kids = 0;
   uint32_t len = 0, cont = KVIDX__NONE, cont_off = 0, hinted = 0; /* hinted: r is the last run's cont, not the child map's */
@@ -3498,26 +3511,39 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
       cont = kvidx__ld(&rn->cont);
       cont_off = KVIDX__CONT_OFF(hword);
       max = n - p < len ? KVIDX__CAST(uint32_t, n - p) : len;
-      for (m = 0; m < max && kvidx__ld(&lw[m]) == loc[p + m]; m++) {}
+      m = kvidx__match_len(lw, loc + p, max);
       if (hinted && !m) break; /* a sibling, not the query's path: ask the child map */
       by_hint = kids == 1 && cont != KVIDX__NONE && cont_off + 1 == m;
       if (m && p + m < n && kids && !by_hint)
         kvidx__child_prefetch(ix, r, m - 1, loc[p + m]); /* the probe after this run: ask now, use after the holders */
+      /* seen: the holders still in the running; next: those of them that
+       * go on past the run; hits: the others (each one's stop), and with
+       * dev every holder seen (its device blocks).  Down a path every
+       * worker holds (W64 F16's deep queries: 64 holders in each of 20+
+       * runs) a holder costs a test and two bits. */
+      memset(seen, 0, nw * sizeof(uint64_t));
+      memset(next, 0, nw * sizeof(uint64_t));
       for (nhits = 0, j = 0; j < nh; j++) {
-        uint64_t e = kvidx__ld(&hp[j * hw]);
+        uint64_t e = kvidx__ld(&hp[j * hw]), bit;
         uint32_t s = KVIDX__CAST(uint32_t, e & 0xFFFFFFFFu), cut = KVIDX__CAST(uint32_t, e >> 32), upto, c = 0;
         if (cut > KVIDX__RUN_MAX) break; /* torn: retry */
         /* a slot past our word count was assigned after the query began
          * (emit_slot would skip it too), or the copy is torn: skip it, the
          * seqlock check below tells the two apart */
         if (s >= nw * 64) continue;
-        if (!first && !((act[s >> 6] >> (s & 63)) & 1)) continue;
-        upto = cut < m ? cut : m;
+        bit = KVIDX__CAST(uint64_t, 1) << (s & 63);
+        if (!first && !(act[s >> 6] & bit)) continue;
+        seen[s >> 6] |= bit;
+        if (cut >= m) next[s >> 6] |= bit;
         if (dev) { /* device blocks among the ones this worker matched here */
-          uint64_t bs = kvidx__ld(&hp[j * hw + hw - 1]) & (upto >= 64 ? ~KVIDX__CAST(uint64_t, 0)
-                                                                     : (KVIDX__CAST(uint64_t, 1) << upto) - 1);
+          uint64_t bs;
+          upto = cut < m ? cut : m;
+          bs = kvidx__ld(&hp[j * hw + hw - 1]) & (upto >= 64 ? ~KVIDX__CAST(uint64_t, 0)
+                                                            : (KVIDX__CAST(uint64_t, 1) << upto) - 1);
           if (!ix->tiers_on) c = upto;
           else for (; bs; bs &= bs - 1) c++;
+        } else if (cut >= m) {
+          continue;
         }
         hits[nhits++] = KVIDX__HIT(s, cut, c);
       }
@@ -3561,11 +3587,9 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
     hinted = 0;
     /* commit the copy: holders stop inside the run or go on; the others of
      * act stopped where the run begins */
-    memset(seen, 0, nw * sizeof(uint64_t));
     for (j = 0; j < nhits; j++) {
       uint32_t s = hits[j] & 0xFFFFu, cut = (hits[j] >> 16) & 0xFFu;
       if (dev) dev[s] = (first ? 0 : dev[s]) + (hits[j] >> 24);
-      seen[s >> 6] |= KVIDX__CAST(uint64_t, 1) << (s & 63);
       if (cut < m) kvidx__emit_slot(ix, k, s, p + cut, dev ? dev[s] : 0);
     }
     for (w = 0; w < nw; w++) {
@@ -3574,10 +3598,8 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
         uint32_t s = w * 64 + kvidx__ctz64(before);
         kvidx__emit_slot(ix, k, s, p, dev ? dev[s] : 0);
       }
-      act[w] = 0;
+      act[w] = next[w];
     }
-    for (j = 0; j < nhits; j++)
-      if (((hits[j] >> 16) & 0xFFu) >= m) act[(hits[j] & 0xFFFFu) >> 6] |= KVIDX__CAST(uint64_t, 1) << (hits[j] & 63);
     first = 0;
     p += m;
     if (p == n) break;

@@ -4,6 +4,8 @@
 # ", N skipped" when a part said "SKIPPED:" — a part that cannot run must
 # say so, and then it is not counted as passed).  Each part's wall time is
 # printed after it and again, slowest first, at the end (CI has 15 minutes).
+# A part's prerequisites build $JOBS at a time (default: the cores).
+jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 pass=0; fail=0; skip=0; failed=""; skipped=""
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/kvidx-parts.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
@@ -11,7 +13,7 @@ start_all=$(date +%s)
 for t in "$@"; do
   echo "=== $t"
   start=$(date +%s)
-  { ${MAKE:-make} --no-print-directory "$t"; echo $? >"$tmp/rc"; } 2>&1 | tee "$tmp/out"
+  { ${MAKE:-make} --no-print-directory -j"$jobs" "$t"; echo $? >"$tmp/rc"; } 2>&1 | tee "$tmp/out"
   secs=$(( $(date +%s) - start ))
   echo "--- $t: ${secs} s"
   echo "$secs $t" >>"$tmp/times"

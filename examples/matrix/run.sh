@@ -35,22 +35,42 @@ rm -rf "$B" && mkdir -p "$B"
 # diagnostic, the #error whose text contains MESSAGE.
 must_fail() {
   name=$1; msg=$2; shift 2
-  run "$name" "! ( $* ) >$B/mf.log 2>&1 && grep -q '$msg' $B/mf.log && \
-    test \$(grep -c 'error:' $B/mf.log) -eq 1 && cat $B/mf.log"
+  mf="$B/mf$((n + 1)).log" # the next job's own: jobs run side by side
+  run "$name" "! ( $* ) >$mf 2>&1 && grep -q '$msg' $mf && \
+    test \$(grep -c 'error:' $mf) -eq 1 && cat $mf"
 }
 
 # run NAME CMD...: runs a shell command line, logs it, reports.
+# Jobs run $JOBS at a time (default: the machine's cores; CI has 15
+# minutes for all of make test); results are reported in order at the end.
+JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+n=0
 run() {
   name=$1; shift
+  n=$((n + 1))
   log="$B/$(echo "$name" | tr -c 'A-Za-z0-9_.\n-' '_').log"
-  if sh -c "$*" >"$log" 2>&1; then
-    ok=$((ok + 1)); echo "ok    $name"
-  else
-    bad=$((bad + 1)); failed="$failed
+  printf '%s\n' "$name" >"$B/job$n.name"
+  printf '%s\n' "$*" >"$B/job$n.cmd"
+  printf '%s\n' "$log" >"$B/job$n.log"
+  ( if sh -c "$*" >"$log" 2>&1; then echo ok; else echo FAIL; fi >"$B/job$n.rc" ) &
+  [ $((n % JOBS)) -ne 0 ] || wait
+}
+
+report() {
+  wait
+  i=1
+  while [ "$i" -le "$n" ]; do
+    name=$(cat "$B/job$i.name"); log=$(cat "$B/job$i.log")
+    if [ "$(cat "$B/job$i.rc" 2>/dev/null)" = ok ]; then
+      ok=$((ok + 1)); echo "ok    $name"
+    else
+      bad=$((bad + 1)); failed="$failed
   $name"
-    echo "FAIL  $name"; echo "      \$ $*"
-    grep -E 'warning|error|FAILED|undefined|multiple definition| U ' "$log" | head -12 | sed 's/^/      /'
-  fi
+      echo "FAIL  $name"; echo "      \$ $(cat "$B/job$i.cmd")"
+      grep -E 'warning|error|FAILED|undefined|multiple definition| U ' "$log" | head -12 | sed 's/^/      /'
+    fi
+    i=$((i + 1))
+  done
 }
 
 compilers="$CC"
@@ -144,6 +164,7 @@ if [ -n "$TCC" ]; then
     "$TCC -std=c11 -I. -c $M/impl.c -o $B/tcc-thr.o"
 fi
 
+report
 [ -n "$failed" ] && echo "matrix: failed:$failed"
 echo "matrix: $ok ok, $bad failed"
 [ "$bad" -eq 0 ]
