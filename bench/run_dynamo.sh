@@ -10,7 +10,9 @@
 # Writes $OUT/dynamo.md (HEAP=keep: $OUT/dynamo-keep.md).  Usage: run_dynamo.sh BENCH_BIN TRACE OUT_DIR
 # Environment: REPS (5), ROUNDS (1: with N > 1 every backend runs N times,
 # interleaved, and the run with the median secs is reported: fairer when other
-# jobs load the machine unevenly), DYNAMO_ANCHOR (../shared/anchors/dynamo), CONFIGS
+# jobs load the machine unevenly; each round runs kvidx-positional and arena_c
+# first, back to back, and their ratio per round and its median are printed
+# too), DYNAMO_ANCHOR (../shared/anchors/dynamo), CONFIGS
 # (lines "label|kvidx-bench workload flags"), KINDS, BACKENDS, HEAP (default:
 # glibc's malloc settings; keep: both tools run with MALLOC_MMAP_THRESHOLD_ and
 # MALLOC_TRIM_THRESHOLD_ set so glibc keeps freed memory, and a repetition's
@@ -99,21 +101,26 @@ printf '%s\n' "$CONFIGS" | while IFS='|' read -r label flags; do
   echo "$wrote"
   echo "[$label]" >>"$TMP/stderr"
   : >"$TMP/all"
+  : >"$TMP/pairs"
   r=0
   while [ $r -lt "$ROUNDS" ]; do
     r=$((r + 1))
-    for k in $KINDS; do
-      l=$("$BIN" --replay "$f" --kind "$k" --time "$REPS" 2>>"$TMP/stderr" </dev/null) || { echo "!!! kvidx $k failed"; echo FAIL >>"$TMP/fail"; }
+    # kvidx-positional and arena_c first and back to back (the pair the
+    # ratio is about: the machine's phase changes over minutes), then the rest
+    pos=""; arena=""
+    for k in $(printf '%s\n' $KINDS | grep -x positional) $(printf '%s\n' $KINDS | grep -vx positional) \
+        $( [ -n "$DYN" ] && printf 'dyn:%s\n' $BACKENDS | grep -x dyn:arena_c) \
+        $( [ -n "$DYN" ] && printf 'dyn:%s\n' $BACKENDS | grep -vx dyn:arena_c); do
+      case $k in
+        dyn:*) b=${k#dyn:}
+          l=$("$DYN" "$f" "$b" --time "$REPS" 2>>"$TMP/stderr" </dev/null) || { echo "!!! dynamo $b failed"; echo FAIL >>"$TMP/fail"; } ;;
+        *) l=$("$BIN" --replay "$f" --kind "$k" --time "$REPS" 2>>"$TMP/stderr" </dev/null) || { echo "!!! kvidx $k failed"; echo FAIL >>"$TMP/fail"; } ;;
+      esac
       echo "$l"
       [ -n "$l" ] && echo "$l" >>"$TMP/all"
+      case $k in positional) pos=$(field "$l" block_ops_per_s) ;; dyn:arena_c) arena=$(field "$l" block_ops_per_s) ;; esac
     done
-    if [ -n "$DYN" ]; then
-      for b in $BACKENDS; do
-        l=$("$DYN" "$f" "$b" --time "$REPS" 2>>"$TMP/stderr" </dev/null) || { echo "!!! dynamo $b failed"; echo FAIL >>"$TMP/fail"; }
-        echo "$l"
-        [ -n "$l" ] && echo "$l" >>"$TMP/all"
-      done
-    fi
+    [ -n "$pos" ] && [ -n "$arena" ] && echo "$pos $arena" >>"$TMP/pairs"
   done
   # per backend, the round with the median secs (sorted ascending, index n/2)
   : >"$TMP/lines"
@@ -149,6 +156,13 @@ printf '%s\n' "$CONFIGS" | while IFS='|' read -r label flags; do
     [ "$b" = kvidx-positional ] && continue
     rat="$rat${rat:+, }$(awk -v a="${pr:-0}" -v b="$r" 'BEGIN { printf "%.2fx", (b > 0 ? a / b : 0) }') $b"
   done <"$TMP/lines"
+  # the same ratio per round (kvidx-positional and arena_c run back to back)
+  # and its median: steadier than the ratio of the median runs when the
+  # machine's speed changes between rounds
+  if [ -s "$TMP/pairs" ]; then
+    rat="$rat; per round vs arena_c: $(awk '{ printf "%s%.2fx", (NR > 1 ? " " : ""), ($2 > 0 ? $1 / $2 : 0) }' "$TMP/pairs")"
+    rat="$rat, median $(awk '{ print ($2 > 0 ? $1 / $2 : 0) }' "$TMP/pairs" | sort -g | awk '{ v[NR] = $1 } END { printf "%.2fx", v[int((NR + 1) / 2)] }')"
+  fi
   cs=$(for x in $(cut -d' ' -f10 "$TMP/lines" | sort -u); do printf '%s ' "$x"; done)
   printf '%s|RATIO|kvidx-positional vs: %s|answers vs arena_c: %s|checksums: %s\n' "$label" "$rat" "$ans" "$cs" >>"$TABLE"
   echo "$wrote" | sed "s/^/$label|WROTE|/" >>"$TABLE"
