@@ -1455,6 +1455,20 @@ KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__map_at(const kvidx__map *m, uint32_t at) 
   return kvidx__mtab_words(kvidx__map_tab_of(m, at)) + KVIDX__CAST(size_t, at & ~KVIDX__OLD) * m->ew;
 }
 
+/* Ask for the lines of a caller's array (n elements of esz bytes, esz a
+ * divisor of 64) up to element `upto`, from *warmed on, a line at a time.
+ * A router that just hashed a prompt or decoded an event has it in cache;
+ * one that built it earlier (both replay tools build every line's array
+ * before their clock: 340 MB for W64 F16) would otherwise wait for it as
+ * for the index's own lines.  Queries, stores and removals call it as they
+ * go, KVIDX__INPUT_AHEAD elements ahead. */
+#define KVIDX__INPUT_AHEAD 128
+KVIDX__HOT void kvidx__warm_input(const void *base, size_t esz, size_t n, size_t upto, size_t *warmed) {
+  const unsigned char *c = KVIDX__CAST(const unsigned char *, base);
+  if (upto > n) upto = n;
+  for (; *warmed < upto; *warmed += 64 / esz) KVIDX__PREFETCH(c + *warmed * esz);
+}
+
 /* Probe one table for key (home hash h): its place, or NONE and (free_at)
  * the free place that ended the probe. */
 KVIDX__PRIV uint32_t kvidx__mtab_probe(const kvidx__map *m, const kvidx__mtab *t, const uint64_t *key, uint64_t h,
@@ -3479,9 +3493,10 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
   uint32_t len = 0, cont = KVIDX__NONE, cont_off = 0, hinted = 0; /* hinted: r is the last run's cont, not the child map's */
   int by_hint = 0; /* the next run is the hint's to try: one child, hung where the query leaves r */
   uint32_t ahead1 = KVIDX__NONE, ahead2 = KVIDX__NONE; /* the cont chain past r, being warmed */
-  size_t p = 0;
+  size_t p = 0, warmed = 8; /* the query's locals asked for below here (its first line is read at once) */
   if (!n) return;
   memset(act, 0, nw * sizeof(uint64_t));
+  kvidx__warm_input(loc, sizeof *loc, n, KVIDX__INPUT_AHEAD, &warmed);
   r = kvidx__child_probe(ix, rc, KVIDX__NONE, 0, loc[0]);
   while (r != KVIDX__NONE) {
     kvidx__run *rn = KVIDX__RCAST(kvidx__run *, kvidx__grow_get(&ix->runs, r, 1, 1));
@@ -3511,6 +3526,7 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
       cont = kvidx__ld(&rn->cont);
       cont_off = KVIDX__CONT_OFF(hword);
       max = n - p < len ? KVIDX__CAST(uint32_t, n - p) : len;
+      if (!tries) kvidx__warm_input(loc, sizeof *loc, n, p + KVIDX__INPUT_AHEAD, &warmed);
       m = kvidx__match_len(lw, loc + p, max);
       if (hinted && !m) break; /* a sibling, not the query's path: ask the child map */
       by_hint = kids == 1 && cont != KVIDX__NONE && cont_off + 1 == m;
