@@ -287,7 +287,12 @@
  *          general cursor step; stores and removals find their worker's
  *          slot through a small memo (W16 C2048 events: 214 -> 144 M
  *          instructions per replay); a failed store's rollback records
- *          the blocks it found held, not the ones it added.
+ *          the blocks it found held, not the ones it added.  The walk
+ *          builds the next set of workers still matching as it reads a
+ *          run's holders (two bitsets; only holders that stop inside the
+ *          run are kept), compares a run's locals four at a time and asks
+ *          for the query's own locals 128 blocks ahead (find_matches over
+ *          a W64 F16 replay: 190 -> 157 M instructions; p99 0.79x).
  *   0.1.0  first release: hashing, reference model, radix and positional
  *          indexes, caller-buffer mode, seqlock reader path, event ids,
  *          storage tiers, eviction policies and TTL mode, dumps and binary
