@@ -27,6 +27,10 @@ TEST_PARTS :=
 
 all: $(BUILD)/test_core
 
+# every install step waits for the dpkg lock: make test builds a part's
+# prerequisites in parallel, and two steps may meet
+APT_GET := apt-get -o DPkg::Lock::Timeout=600
+
 deps: $(BUILD)/.deps
 $(BUILD)/.deps:
 	@mkdir -p $(BUILD)
@@ -34,7 +38,7 @@ $(BUILD)/.deps:
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "deps: installing$$missing"; \
-	    (apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq $$missing $(DEB_OPT_PKGS)) >$(BUILD)/apt.log 2>&1 || \
+	    ($(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq $$missing $(DEB_OPT_PKGS)) >$(BUILD)/apt.log 2>&1 || \
 	      { echo "deps: apt-get failed, see $(BUILD)/apt.log"; exit 1; }; \
 	  else \
 	    echo "deps: missing Debian packages:$$missing"; \
@@ -50,7 +54,7 @@ define apt_install
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "$@: installing$$missing"; mkdir -p $(BUILD); \
-	    (apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends $$missing) \
+	    ($(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq --no-install-recommends $$missing) \
 	      >$(BUILD)/apt-$@.log 2>&1 || { echo "$@: apt-get failed, see $(BUILD)/apt-$@.log"; exit 1; }; \
 	  else \
 	    echo "$@: missing Debian packages:$$missing (run: sudo apt-get install$$missing)"; exit 1; \

@@ -1460,20 +1460,6 @@ KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__map_at(const kvidx__map *m, uint32_t at) 
   return kvidx__mtab_words(kvidx__map_tab_of(m, at)) + KVIDX__CAST(size_t, at & ~KVIDX__OLD) * m->ew;
 }
 
-/* Ask for the lines of a caller's array (n elements of esz bytes, esz a
- * divisor of 64) up to element `upto`, from *warmed on, a line at a time.
- * A router that just hashed a prompt or decoded an event has it in cache;
- * one that built it earlier (both replay tools build every line's array
- * before their clock: 340 MB for W64 F16) would otherwise wait for it as
- * for the index's own lines.  Queries, stores and removals call it as they
- * go, KVIDX__INPUT_AHEAD elements ahead. */
-#define KVIDX__INPUT_AHEAD 128
-KVIDX__HOT void kvidx__warm_input(const void *base, size_t esz, size_t n, size_t upto, size_t *warmed) {
-  const unsigned char *c = KVIDX__CAST(const unsigned char *, base);
-  if (upto > n) upto = n;
-  for (; *warmed < upto; *warmed += 64 / esz) KVIDX__PREFETCH(c + *warmed * esz);
-}
-
 /* Probe one table for key (home hash h): its place, or NONE and (free_at)
  * the free place that ended the probe. */
 KVIDX__PRIV uint32_t kvidx__mtab_probe(const kvidx__map *m, const kvidx__mtab *t, const uint64_t *key, uint64_t h,
@@ -3472,6 +3458,17 @@ KVIDX__PRIV uint32_t kvidx__walk_peek(kvidx *ix, uint32_t r, uint32_t hw) {
   return c;
 }
 
+/* Reader: ask for the query's own locals up to KVIDX__QUERY_AHEAD past
+ * position p, a line at a time from *warmed on.  A router that has just
+ * hashed its prompt has them in cache; one that built the array earlier
+ * (both replay tools build every query's array before their clock) would
+ * otherwise wait for a long prompt's array line by line. */
+#define KVIDX__QUERY_AHEAD 128
+KVIDX__HOT void kvidx__warm_query(const uint64_t *loc, size_t n, size_t p, size_t *warmed) {
+  size_t upto = n - p > KVIDX__QUERY_AHEAD ? p + KVIDX__QUERY_AHEAD : n;
+  for (; *warmed < upto; *warmed += 8) KVIDX__PREFETCH(&loc[*warmed]);
+}
+
 /* How many leading locals of a run (lw) equal the query's (q), of at most
  * max: four at a time while they all match (a long prompt compares
  * thousands: one branch per four). */
@@ -3501,7 +3498,7 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
   size_t p = 0, warmed = 8; /* the query's locals asked for below here (its first line is read at once) */
   if (!n) return;
   memset(act, 0, nw * sizeof(uint64_t));
-  kvidx__warm_input(loc, sizeof *loc, n, KVIDX__INPUT_AHEAD, &warmed);
+  kvidx__warm_query(loc, n, 0, &warmed);
   r = kvidx__child_probe(ix, rc, KVIDX__NONE, 0, loc[0]);
   while (r != KVIDX__NONE) {
     kvidx__run *rn = KVIDX__RCAST(kvidx__run *, kvidx__grow_get(&ix->runs, r, 1, 1));
@@ -3531,7 +3528,7 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
       cont = kvidx__ld(&rn->cont);
       cont_off = KVIDX__CONT_OFF(hword);
       max = n - p < len ? KVIDX__CAST(uint32_t, n - p) : len;
-      if (!tries) kvidx__warm_input(loc, sizeof *loc, n, p + KVIDX__INPUT_AHEAD, &warmed);
+      if (!tries) kvidx__warm_query(loc, n, p, &warmed);
       m = kvidx__match_len(lw, loc + p, max);
       if (hinted && !m) break; /* a sibling, not the query's path: ask the child map */
       by_hint = kids == 1 && cont != KVIDX__NONE && cont_off + 1 == m;
@@ -3555,7 +3552,10 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
         bit = KVIDX__CAST(uint64_t, 1) << (s & 63);
         if (!first && !(act[s >> 6] & bit)) continue;
         seen[s >> 6] |= bit;
-        if (cut >= m) next[s >> 6] |= bit;
+        if (cut >= m) {
+          next[s >> 6] |= bit;
+          if (!dev) continue;
+        }
         if (dev) { /* device blocks among the ones this worker matched here */
           uint64_t bs;
           upto = cut < m ? cut : m;
@@ -3563,8 +3563,6 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
                                                             : (KVIDX__CAST(uint64_t, 1) << upto) - 1);
           if (!ix->tiers_on) c = upto;
           else for (; bs; bs &= bs - 1) c++;
-        } else if (cut >= m) {
-          continue;
         }
         hits[nhits++] = KVIDX__HIT(s, cut, c);
       }

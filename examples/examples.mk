@@ -170,7 +170,7 @@ test-vllm: $(BUILD)/libkvidx.so | deps
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "test-vllm: installing$$missing"; \
-	    (apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq $$missing) \
+	    ($(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq $$missing) \
 	      >$(BUILD)/apt-vllm.log 2>&1 || { echo "test-vllm: apt-get failed, see $(BUILD)/apt-vllm.log"; exit 1; }; \
 	  else \
 	    echo "test-vllm: SKIPPED: missing Debian packages:$$missing (run: sudo apt-get install$$missing)"; \

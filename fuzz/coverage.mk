@@ -43,7 +43,7 @@ $(COV_DIR)/.deps:
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "coverage-deps: installing$$missing"; \
-	    (apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq $$missing) >$(COV_DIR)/apt.log 2>&1 || \
+	    ($(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq $$missing) >$(COV_DIR)/apt.log 2>&1 || \
 	      { echo "coverage-deps: apt-get failed, see $(COV_DIR)/apt.log"; exit 1; }; \
 	  else \
 	    echo "coverage-deps: missing Debian packages:$$missing"; \

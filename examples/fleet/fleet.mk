@@ -23,7 +23,7 @@ fleet-deps: | deps
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "fleet: installing$$missing"; \
-	    (apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq $$missing) \
+	    ($(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq $$missing) \
 	      >$(BUILD)/apt-fleet.log 2>&1 || { echo "fleet: apt-get failed, see $(BUILD)/apt-fleet.log"; exit 1; }; \
 	  else \
 	    echo "fleet: missing Debian packages:$$missing (run: sudo apt-get install$$missing)"; exit 1; \
