@@ -293,6 +293,8 @@
  *          run are kept), compares a run's locals four at a time and asks
  *          for the query's own locals 128 blocks ahead (find_matches over
  *          a W64 F16 replay: 190 -> 157 M instructions; p99 0.79x).
+ *          kvidx__check puts back the counts it takes apart also when it
+ *          finds something wrong partway (it left them apart).
  *   0.1.0  first release: hashing, reference model, radix and positional
  *          indexes, caller-buffer mode, seqlock reader path, event ids,
  *          storage tiers, eviction policies and TTL mode, dumps and binary
@@ -4290,17 +4292,19 @@ KVIDX_DEF int kvidx_reclaim(kvidx *ix, size_t *freed_bytes) {
     if (!(c)) return -__LINE__;                                                                                  \
   } while (0)
 
-/* sign -1: take every seq out of its holding's bits/counts; +1: put it back. */
-KVIDX__PRIV int kvidx__check_seqs(kvidx *ix, uint32_t s, int sign) {
+/* sign -1: take slot s's first `limit` seqs (by position) out of their
+ * holdings' bits/counts; +1: put them back.  *done: how many it took out or
+ * put back, so a check that failed midway can put back what it took. */
+KVIDX__PRIV int kvidx__check_seqs(kvidx *ix, uint32_t s, int sign, uint64_t limit, uint64_t *done) {
   const kvidx__slot *sl = &ix->slots[s];
-  uint64_t seen = 0;
   uint32_t i;
-  for (i = kvidx__map_next(&sl->seqs, KVIDX__NONE); i != KVIDX__NONE; i = kvidx__map_next(&sl->seqs, i)) {
+  *done = 0;
+  for (i = kvidx__map_next(&sl->seqs, KVIDX__NONE); i != KVIDX__NONE && *done < limit;
+       i = kvidx__map_next(&sl->seqs, i)) {
     KVIDX__A(uint64_t) *e = kvidx__map_at(&sl->seqs, i), *h;
     uint64_t pos = kvidx__ld(&e[1]), bit;
     uint32_t r, off, tiers, at;
     kvidx__run *rn;
-    seen++;
     r = KVIDX__POS_RUN(pos);
     off = KVIDX__POS_OFF(pos);
     tiers = KVIDX__POS_TIERS(pos);
@@ -4325,9 +4329,20 @@ KVIDX__PRIV int kvidx__check_seqs(kvidx *ix, uint32_t s, int sign) {
       kvidx__st(&h[KVIDX__H_HELD], kvidx__ld(&h[KVIDX__H_HELD]) ^ bit); /* each single once */
       if ((tiers & KVIDX__DEVBIT) && ix->tiers_on) kvidx__st(&h[ix->hdev], kvidx__ld(&h[ix->hdev]) ^ bit);
     }
+    (*done)++;
   }
-  KVIDX__CHK(seen == sl->blocks && seen == sl->seqs.n);
+  KVIDX__CHK(i != KVIDX__NONE || (*done == sl->blocks && *done == sl->seqs.n)); /* stopped short: no count */
   return 0;
+}
+
+/* Put back what kvidx__check_seqs(-1) took apart: every used slot below s
+ * whole, then s's first `done` seqs. */
+KVIDX__PRIV void kvidx__check_put_back(kvidx *ix, uint32_t s, uint64_t done) {
+  uint64_t all = ~KVIDX__CAST(uint64_t, 0), n;
+  uint32_t t;
+  for (t = 0; t < s; t++)
+    if (ix->slots[t].used) kvidx__check_seqs(ix, t, 1, all, &n);
+  if (s < ix->max_workers && done) kvidx__check_seqs(ix, s, 1, done, &n);
 }
 
 KVIDX__PRIV int kvidx__check_holdings(kvidx *ix, int after_sub) {
@@ -4520,13 +4535,17 @@ KVIDX_DEF int kvidx__check(const kvidx *cix) {
   for (s = 0; s < ix->max_workers; s++)
     if (ix->slots[s].used && (rc = kvidx__check_map(ix, &ix->slots[s].seqs)) != 0) return rc;
   if ((rc = kvidx__check_holdings(ix, 0)) != 0 || (rc = kvidx__check_runs(ix)) != 0) return rc;
-  for (s = 0; s < ix->max_workers; s++)
-    if (ix->slots[s].used && (rc = kvidx__check_seqs(ix, s, -1)) != 0) return rc;
+  for (s = 0; s < ix->max_workers; s++) {
+    uint64_t done;
+    if (ix->slots[s].used && (rc = kvidx__check_seqs(ix, s, -1, ~KVIDX__CAST(uint64_t, 0), &done)) != 0) {
+      kvidx__check_put_back(ix, s, done); /* found wrong: change nothing more */
+      return rc;
+    }
+  }
   rc = kvidx__check_holdings(ix, 1);
   if (!rc) rc = kvidx__check_multi(ix);
   KVIDX_TEST_HOOK(ix, 8); /* the checker, its counts taken apart */
-  for (s = 0; s < ix->max_workers; s++)
-    if (ix->slots[s].used) kvidx__check_seqs(ix, s, 1);
+  kvidx__check_put_back(ix, ix->max_workers, 0);
   if (rc) return rc;
   if (ix->evict) { /* heap order; each holding has exactly one current element */
     size_t cur = 0;
