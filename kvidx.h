@@ -50,8 +50,8 @@
  *                         sections and mid-way through kvidx__check
  *                         (deterministic interleaving tests).
  *   KVIDX_TEST_DRAIN_STEP test-only: places of a grown map's old table each
- *                         reservation drains at least (default 64, and 32
- *                         times that in a map no reader probes; 1 keeps
+ *                         reservation drains at least (default 64, and 16
+ *                         times that in a worker's seq table; 1 keeps
  *                         growths in flight for long, for the tests).
  *   KVIDX_TEST_SHRINK_MIN test-only: seq tables of at most this many places
  *                         never shrink (default 64; 8 makes the tests'
@@ -295,9 +295,9 @@
  *          for the query's own locals 128 blocks ahead (find_matches over
  *          a W64 F16 replay: 190 -> 157 M instructions; p99 0.79x).
  *          kvidx__check puts back the counts it takes apart also when it
- *          finds something wrong partway (it left them apart).  Maps no
- *          reader probes drain at least 2,048 places per reservation
- *          (KVIDX__DRAIN_FLOOR; W16 C16384 events 0.94x-0.97x the time).
+ *          finds something wrong partway (it left them apart).  A seq
+ *          table drains at least 1,024 places per reservation
+ *          (KVIDX__DRAIN_FLOOR; W16 C16384 events 0.86x-0.95x the time).
  *   0.1.0  first release: hashing, reference model, radix and positional
  *          indexes, caller-buffer mode, seqlock reader path, event ids,
  *          storage tiers, eviction policies and TTL mode, dumps and binary
@@ -1384,9 +1384,9 @@ KVIDX__PRIV uint32_t kvidx__chunk_alloc(kvidx *ix, unsigned c) {
  * Growth is incremental, so no call pays for a whole rehash.  The grown
  * table becomes `tab` (every insert goes there) and the previous one `old`;
  * each later reservation drains a bounded number of old's places (16 per
- * reserved entry, plus KVIDX__DRAIN_FLOOR: 2,048 in a map no reader probes,
- * 64 in the shared child map), in one sweep that starts after a free place
- * and stops only before one:
+ * reserved entry, at least KVIDX__DRAIN_FLOOR: 1,024 in a seq table, 64 in
+ * the other maps), in one sweep that starts after a free place and stops
+ * only before one:
  *
  *     old:  [ swept: all free | unswept clusters, untouched ] .. free | ..
  *             ^drain_from       ^drain_from + drained
@@ -1404,13 +1404,14 @@ KVIDX__PRIV uint32_t kvidx__chunk_alloc(kvidx *ix, unsigned c) {
  * and believe a miss only if moves, tab and old did not change.  Tables a
  * shared map let go of are kept until destroy (each is half the next). */
 #define KVIDX__OLD 0x80000000u           /* a position in the table being drained       */
-/* While a map drains, its lookups probe two tables through the general
- * code; a small store's own budget (16 places per block) kept a worker's
- * seq table draining through many of its stores.  A floor of 2,048 places
- * (tens of microseconds) ends drains sooner: W16 C16384's events took
- * 0.94x-0.97x the time, the replay 0.92x-0.96x.  Readers retry over a
- * shared map's drain steps, so the child map's stay short. */
-#define KVIDX__DRAIN_FLOOR(m) (((m)->shared ? 1u : 32u) * KVIDX_TEST_DRAIN_STEP)
+/* While a worker's seq table drains, its lookups probe two tables through
+ * the general code, and a small store's own budget (16 places per block)
+ * kept it draining through many of its stores: it drains at least 1,024
+ * places per reservation (W16 C16384's events took 0.86x-0.95x the time).
+ * The other maps keep the plain budget: a floor for them too (holdings,
+ * multi counts) raised the growth bench's p99 store latency by a fifth,
+ * and readers retry over the shared child map's drain steps. */
+#define KVIDX__DRAIN_FLOOR(m) ((m)->seq ? 16u * KVIDX_TEST_DRAIN_STEP : KVIDX_TEST_DRAIN_STEP)
 /* A seq table's entry keeps the low 16 bits of its key's hash in bits 16-31
  * of its position word (KVIDX__POS_TAG): in a table of at most 2^16 places
  * its home follows from them, so a growth's drain and a deletion's backward
@@ -1703,7 +1704,7 @@ KVIDX__PRIV kvidx__mtab *kvidx__mtab_new(kvidx *ix, uint64_t slots, uint32_t ew,
  * a store of n blocks reserves n, most of which are rarely new. */
 KVIDX__PRIV int kvidx__map_reserve(kvidx *ix, kvidx__map *m, uint64_t extra) {
   kvidx__mtab *t = kvidx__ld(&m->tab), *nt;
-  uint64_t need = m->n + extra, slots = t ? t->mask + 1 : 0, ns, step = 16 * extra + KVIDX__DRAIN_FLOOR(m);
+  uint64_t need = m->n + extra, slots = t ? t->mask + 1 : 0, ns, step = 16 * extra > KVIDX__DRAIN_FLOOR(m) ? 16 * extra : KVIDX__DRAIN_FLOOR(m);
   if (m->most && need > m->most) need = m->most; /* a store asks for n; far fewer can be new */
   if (kvidx__ld(&m->old)) kvidx__map_drain(ix, m, step);
   if (m->next && kvidx__map_zero(m, step * 32 * m->ew) && !kvidx__ld(&m->old)) {
