@@ -1704,7 +1704,8 @@ KVIDX__PRIV kvidx__mtab *kvidx__mtab_new(kvidx *ix, uint64_t slots, uint32_t ew,
  * a store of n blocks reserves n, most of which are rarely new. */
 KVIDX__PRIV int kvidx__map_reserve(kvidx *ix, kvidx__map *m, uint64_t extra) {
   kvidx__mtab *t = kvidx__ld(&m->tab), *nt;
-  uint64_t need = m->n + extra, slots = t ? t->mask + 1 : 0, ns, step = 16 * extra > KVIDX__DRAIN_FLOOR(m) ? 16 * extra : KVIDX__DRAIN_FLOOR(m);
+  uint64_t need = m->n + extra, slots = t ? t->mask + 1 : 0, ns, step = 16 * extra;
+  if (step < KVIDX__DRAIN_FLOOR(m)) step = KVIDX__DRAIN_FLOOR(m);
   if (m->most && need > m->most) need = m->most; /* a store asks for n; far fewer can be new */
   if (kvidx__ld(&m->old)) kvidx__map_drain(ix, m, step);
   if (m->next && kvidx__map_zero(m, step * 32 * m->ew) && !kvidx__ld(&m->old)) {
