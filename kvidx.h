@@ -50,7 +50,7 @@
  *                         sections and mid-way through kvidx__check
  *                         (deterministic interleaving tests).
  *   KVIDX_TEST_DRAIN_STEP test-only: places of a grown map's old table each
- *                         reservation drains at least (default 64, and 16
+ *                         call drains at least (default 64, and 16
  *                         times that in a worker's seq table; 1 keeps
  *                         growths in flight for long, for the tests).
  *   KVIDX_TEST_SHRINK_MIN test-only: seq tables of at most this many places
@@ -296,8 +296,9 @@
  *          a W64 F16 replay: 190 -> 157 M instructions; p99 0.79x).
  *          kvidx__check puts back the counts it takes apart also when it
  *          finds something wrong partway (it left them apart).  A seq
- *          table drains at least 1,024 places per reservation
- *          (KVIDX__DRAIN_FLOOR; W16 C16384 events 0.86x-0.95x the time).
+ *          table drains at least 1,024 places per call that grows or
+ *          shrinks it (kvidx__drain_step; W16 C16384 events 0.86x-0.93x
+ *          the time).
  *   0.1.0  first release: hashing, reference model, radix and positional
  *          indexes, caller-buffer mode, seqlock reader path, event ids,
  *          storage tiers, eviction policies and TTL mode, dumps and binary
@@ -1384,8 +1385,8 @@ KVIDX__PRIV uint32_t kvidx__chunk_alloc(kvidx *ix, unsigned c) {
  * Growth is incremental, so no call pays for a whole rehash.  The grown
  * table becomes `tab` (every insert goes there) and the previous one `old`;
  * each later reservation drains a bounded number of old's places (16 per
- * reserved entry, at least KVIDX__DRAIN_FLOOR: 1,024 in a seq table, 64 in
- * the other maps), in one sweep that starts after a free place and stops
+ * reserved entry, at least 1,024 in a seq table and 64 in the other maps:
+ * kvidx__drain_step), in one sweep that starts after a free place and stops
  * only before one:
  *
  *     old:  [ swept: all free | unswept clusters, untouched ] .. free | ..
@@ -1404,14 +1405,19 @@ KVIDX__PRIV uint32_t kvidx__chunk_alloc(kvidx *ix, unsigned c) {
  * and believe a miss only if moves, tab and old did not change.  Tables a
  * shared map let go of are kept until destroy (each is half the next). */
 #define KVIDX__OLD 0x80000000u           /* a position in the table being drained       */
-/* While a worker's seq table drains, its lookups probe two tables through
- * the general code, and a small store's own budget (16 places per block)
- * kept it draining through many of its stores: it drains at least 1,024
- * places per reservation (W16 C16384's events took 0.86x-0.95x the time).
- * The other maps keep the plain budget: a floor for them too (holdings,
- * multi counts) raised the growth bench's p99 store latency by a fifth,
- * and readers retry over the shared child map's drain steps. */
-#define KVIDX__DRAIN_FLOOR(m) ((m)->seq ? 16u * KVIDX_TEST_DRAIN_STEP : KVIDX_TEST_DRAIN_STEP)
+/* How many of old's places a call that adds or lets go of `entries`
+ * entries drains: 16 per entry, at least KVIDX_TEST_DRAIN_STEP (64), and in
+ * a worker's seq table at least 16 times that (1,024).  While a seq table
+ * drains, its lookups probe two tables through the general code, and a
+ * small store's own budget kept it draining through many of its stores
+ * (the floor: W16 C16384's events 0.86x-0.93x the time).  The other maps
+ * keep the plain floor: a larger one for them too (holdings, multi counts)
+ * raised the growth bench's p99 store latency by a fifth, and readers
+ * retry over the shared child map's drain steps. */
+KVIDX__PRIV uint64_t kvidx__drain_step(const kvidx__map *m, uint64_t entries) {
+  uint64_t least = m->seq ? 16u * KVIDX_TEST_DRAIN_STEP : KVIDX_TEST_DRAIN_STEP;
+  return 16 * entries > least ? 16 * entries : least;
+}
 /* A seq table's entry keeps the low 16 bits of its key's hash in bits 16-31
  * of its position word (KVIDX__POS_TAG): in a table of at most 2^16 places
  * its home follows from them, so a growth's drain and a deletion's backward
@@ -1704,8 +1710,7 @@ KVIDX__PRIV kvidx__mtab *kvidx__mtab_new(kvidx *ix, uint64_t slots, uint32_t ew,
  * a store of n blocks reserves n, most of which are rarely new. */
 KVIDX__PRIV int kvidx__map_reserve(kvidx *ix, kvidx__map *m, uint64_t extra) {
   kvidx__mtab *t = kvidx__ld(&m->tab), *nt;
-  uint64_t need = m->n + extra, slots = t ? t->mask + 1 : 0, ns, step = 16 * extra;
-  if (step < KVIDX__DRAIN_FLOOR(m)) step = KVIDX__DRAIN_FLOOR(m);
+  uint64_t need = m->n + extra, slots = t ? t->mask + 1 : 0, ns, step = kvidx__drain_step(m, extra);
   if (m->most && need > m->most) need = m->most; /* a store asks for n; far fewer can be new */
   if (kvidx__ld(&m->old)) kvidx__map_drain(ix, m, step);
   if (m->next && kvidx__map_zero(m, step * 32 * m->ew) && !kvidx__ld(&m->old)) {
@@ -3332,7 +3337,7 @@ KVIDX__PRIV int kvidx__ix_remove(kvidx *ix, uint64_t id, uint32_t rank, const ui
   }
   kvidx__hcache_flush(ix, &hc);
   if (!ix->slots[s].blocks) kvidx__slot_release(ix, s);
-  else kvidx__map_tidy(ix, &ix->slots[s].seqs, 16 * KVIDX__CAST(uint64_t, n) + KVIDX_TEST_DRAIN_STEP);
+  else kvidx__map_tidy(ix, &ix->slots[s].seqs, kvidx__drain_step(&ix->slots[s].seqs, n));
   return unknown ? KVIDX_ENOENT : KVIDX_OK;
 }
 
@@ -3344,7 +3349,7 @@ KVIDX__PRIV size_t kvidx__ix_expire(kvidx *ix, uint64_t now) {
     kvidx__unhold(ix, s, kvidx__map_find(ix, &ix->slots[s].seqs, &ix->heap[0].seq));
     kvidx__heap_pop(ix);
     if (!ix->slots[s].blocks) kvidx__slot_release(ix, s);
-    else kvidx__map_tidy(ix, &ix->slots[s].seqs, 16 + KVIDX_TEST_DRAIN_STEP);
+    else kvidx__map_tidy(ix, &ix->slots[s].seqs, kvidx__drain_step(&ix->slots[s].seqs, 1));
     n++;
   }
   return n;
