@@ -1611,6 +1611,28 @@ KVIDX__PRIV void kvidx__map_drain(kvidx *ix, kvidx__map *m, uint64_t budget) {
   if (ew == 2 && m->kw == 1 && occ == 1 && !m->shared) { /* seq tables: the common case, straight */
     uint64_t seed = ix->seed; /* locals: the atomics below pin fields in memory */
     int tagged = m->seq && tmask <= KVIDX__TAG_MASK;
+    if (tagged) { /* the budget's places with no branch on whether each is
+                   * used (half of them mispredicted): a free place's
+                   * "move" goes to a stand-in that stays free (W16 C16384's
+                   * events 0.92x-0.96x the time) */
+      KVIDX__A(uint64_t) spare[2], *p;
+      uint64_t stop = size - at < budget ? size : at + budget, j;
+      kvidx__st(&spare[1], KVIDX__CAST(uint64_t, 0));
+      for (; at < stop; at++) {
+        KVIDX__A(uint64_t) *x = w + 2 * ((end + at) & omask);
+        uint64_t v = kvidx__ld(&x[1]), k0 = kvidx__ld(&x[0]);
+        j = KVIDX__TAG_HOME(v, tmask);
+        p = v ? tw + 2 * j : spare;
+        while (kvidx__ld(&p[1])) {
+          j = (j + 1) & tmask;
+          p = tw + 2 * j;
+        }
+        kvidx__st(&p[0], k0);
+        kvidx__st(&p[1], v);
+        kvidx__st(&x[1], KVIDX__CAST(uint64_t, 0));
+      }
+      budget = 0;
+    }
     for (; at < size; at++) {
       KVIDX__A(uint64_t) *x = w + 2 * ((end + at) & omask);
       uint64_t v = kvidx__ld(&x[1]), k0, j;
