@@ -157,11 +157,12 @@ printf '%s\n' "$CONFIGS" | while IFS='|' read -r label flags; do
     rat="$rat${rat:+, }$(awk -v a="${pr:-0}" -v b="$r" 'BEGIN { printf "%.2fx", (b > 0 ? a / b : 0) }') $b"
   done <"$TMP/lines"
   # the same ratio per round (kvidx-positional and arena_c run back to back)
-  # and its median: steadier than the ratio of the median runs when the
-  # machine's speed changes between rounds
+  # and its median (of an even count, the mean of the middle two): steadier
+  # than the ratio of the median runs when the machine's speed changes
+  # between rounds
   if [ -s "$TMP/pairs" ]; then
     rat="$rat; per round vs arena_c: $(awk '{ printf "%s%.2fx", (NR > 1 ? " " : ""), ($2 > 0 ? $1 / $2 : 0) }' "$TMP/pairs")"
-    rat="$rat, median $(awk '{ print ($2 > 0 ? $1 / $2 : 0) }' "$TMP/pairs" | sort -g | awk '{ v[NR] = $1 } END { printf "%.2fx", v[int((NR + 1) / 2)] }')"
+    rat="$rat, median $(awk '{ print ($2 > 0 ? $1 / $2 : 0) }' "$TMP/pairs" | sort -g | awk '{ v[NR] = $1 } END { printf "%.2fx", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')"
   fi
   # the fastest repetition of each over all rounds (the tools' sorted
   # rep_secs on stderr): the one other jobs disturbed least, a floor to read
