@@ -1612,9 +1612,9 @@ KVIDX__PRIV void kvidx__map_drain(kvidx *ix, kvidx__map *m, uint64_t budget) {
     uint64_t seed = ix->seed; /* locals: the atomics below pin fields in memory */
     int tagged = m->seq && tmask <= KVIDX__TAG_MASK;
     if (tagged) { /* the budget's places with no branch on whether each is
-                   * used (half of them mispredicted): a free place's
-                   * "move" goes to a stand-in that stays free (W16 C16384's
-                   * events 0.92x-0.96x the time) */
+                   * used (the loop waits on branches, not memory): a free
+                   * place's "move" goes to a stand-in that stays free
+                   * (W16 C16384's events 0.92x-0.94x the time) */
       KVIDX__A(uint64_t) spare[2], *p;
       uint64_t stop = size - at < budget ? size : at + budget, j;
       kvidx__st(&spare[1], KVIDX__CAST(uint64_t, 0));
