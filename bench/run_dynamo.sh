@@ -12,7 +12,8 @@
 # interleaved, and the run with the median secs is reported: fairer when other
 # jobs load the machine unevenly; each round runs kvidx-positional and arena_c
 # first, back to back, and their ratio per round and its median are printed
-# too, with the ratio of the two tools' fastest repetitions), DYNAMO_ANCHOR (../shared/anchors/dynamo), CONFIGS
+# too, with the ratio of the two tools' fastest repetitions), DYNAMO_ANCHOR
+# (../shared/anchors/dynamo), CONFIGS
 # (lines "label|kvidx-bench workload flags"), KINDS, BACKENDS, HEAP (default:
 # glibc's malloc settings; keep: both tools run with MALLOC_MMAP_THRESHOLD_ and
 # MALLOC_TRIM_THRESHOLD_ set so glibc keeps freed memory, and a repetition's
