@@ -5,6 +5,8 @@
 #   make demo-bench   routing showcase: kvidx-guided vs random cache-hit rate
 #   make bench-dynamo side by side with Dynamo's indexers (dynamo-replay) on the
 #                     same event files -> bench/results/dynamo.md (a few minutes)
+#   make bench-floor  the worker seq tables' share of the event lines and what the
+#                     2x-arena_c target leaves -> bench/results/floor.md (~10 minutes)
 #   make bench-growth growth latency to 4M blocks + writer scaling -> bench/results/growth.md
 #   make test-bench   smoke test: kinds must agree on every score (< 30 s)
 # Tool help: build/kvidx-bench --help.  Docs: bench/README.md.
@@ -14,7 +16,7 @@ BENCH_SRC    := bench/kvidx-bench.c
 BENCH_CFLAGS ?= $(CFLAGS_BASE)
 BENCH_LIBS   := $(PTHREAD) -lm
 
-.PHONY: bench demo-bench test-bench bench-dynamo bench-dynamo-keep bench-growth
+.PHONY: bench demo-bench test-bench bench-dynamo bench-dynamo-keep bench-floor bench-growth
 
 $(BUILD)/kvidx-bench: $(BENCH_SRC) kvidx.h | deps
 	@mkdir -p $(BUILD)
@@ -41,6 +43,11 @@ bench-dynamo: $(BUILD)/kvidx-bench
 # The same with glibc keeping freed memory in both processes -> dynamo-keep.md.
 bench-dynamo-keep: $(BUILD)/kvidx-bench
 	@HEAP=keep sh bench/run_dynamo.sh $(BUILD)/kvidx-bench $(BENCH_TRACE) bench/results
+
+# The worker seq tables' share of the event lines, and the event time the
+# 2x-arena_c target leaves (issue 12) -> bench/results/floor.md.
+bench-floor: $(BUILD)/kvidx-bench
+	@sh bench/run_floor.sh $(BUILD)/kvidx-bench $(BENCH_TRACE) bench/results
 
 bench-growth: $(BUILD)/kvidx-bench
 	@sh bench/run_growth.sh $(BUILD)/kvidx-bench $(BENCH_TRACE) bench/results

@@ -374,6 +374,7 @@ typedef struct {
   int replay_kind;          /* --kind (replay, growth) */
   int replay_reps;          /* --time REPS */
   int no_event_buffers;     /* --no-event-buffers */
+  int seq_floor;            /* --seq-floor */
   const char *expect;       /* --expect ANSWERS */
   int growth;               /* --growth */
   size_t growth_blocks;
@@ -2061,6 +2062,146 @@ static void replay_file_rep(const efile_t *E, int kind, int event_buffers, frep_
   r->checksum = cs, r->errors = errs;
 }
 
+/* --seq-floor: the worker seq tables' share of the event lines.  Every
+ * design that keeps, per worker, a map from each held engine seq to its
+ * position (kvidx, Dynamo's arena_c, the plain design of
+ * ../shared/design/performance-facts.md) does this work on every S and R
+ * line, whatever else it stores.  One repetition replays the file's S/R/C
+ * lines (queries skipped) twice, into fresh state each time: through
+ * kvidx, and through the seq tables alone, made and used by kvidx's own
+ * map code the way kvidx__ix_store and kvidx__ix_remove use them (keys
+ * hashed and their lines asked for KVIDX__AHEAD blocks ahead, the parent
+ * looked up, room reserved, each new seq put / each removed seq deleted
+ * with the table tidied after).  Both read each line from its own heap
+ * buffer (materialise_events). */
+static double seq_tables_rep(const efile_t *E, void **buf, size_t *held) {
+  kvidx *ix = make_default_index(KVIDX_POSITIONAL); /* its seed and allocator */
+  kvidx__map *maps = xcalloc(E->nwid ? E->nwid : 1, sizeof *maps);
+  unsigned char *live = xcalloc(E->nwid ? E->nwid : 1, 1);
+  uint64_t homes[KVIDX__AHEAD], t0 = now_ns();
+  for (size_t i = 0; i < E->nops; i++) {
+    const op_t *op = &E->ops[i];
+    kvidx__map *m = &maps[op->worker];
+    kvidx__seqview sv;
+    size_t n = op->n, j;
+    if (op->type == OP_QUERY) {
+      free(buf[i]);
+      continue;
+    }
+    if (!live[op->worker]) {
+      kvidx__map_init(m, 2, 1, 1, 0);
+      m->seq = 1;
+      live[op->worker] = 1;
+    }
+    if (op->type == OP_STORE) {
+      const kvidx_block *b = (const kvidx_block *)buf[i];
+      for (j = 0; j < n && j < KVIDX__AHEAD; j++) {
+        homes[j] = kvidx__key_hash(ix->seed, &b[j].seq, 1);
+        kvidx__map_prefetch(m, homes[j], 1);
+      }
+      if ((op->has_parent && kvidx__map_find(ix, m, &op->parent) == KVIDX__NONE) || !n)
+        goto next; /* refused (kvidx: ENOPARENT) */
+      if (kvidx__map_reserve(ix, m, n) != KVIDX_OK) die("seq-floor: out of memory");
+      kvidx__seqview_of(&sv, m);
+      for (j = 0; j < n; j++) {
+        uint32_t free_at = KVIDX__NONE;
+        uint64_t h = homes[j % KVIDX__AHEAD], e[2];
+        if (j + KVIDX__AHEAD < n)
+          kvidx__seqview_prefetch(&sv, homes[j % KVIDX__AHEAD] = kvidx__key_hash(ix->seed, &b[j + KVIDX__AHEAD].seq, 1), 1);
+        if (kvidx__seqview_find(&sv, b[j].seq, h, &free_at) != KVIDX__NONE) continue; /* held */
+        e[0] = b[j].seq;
+        e[1] = KVIDX__POS(i & 0xFFFFFFu, j & 63u, 1u) | KVIDX__POS_TAG(h); /* a position word */
+        kvidx__map_put_at(m, free_at, e);
+      }
+    } else if (op->type == OP_REMOVE) {
+      const uint64_t *seq = (const uint64_t *)buf[i];
+      if (!m->n) goto next;
+      kvidx__seqview_of(&sv, m);
+      for (j = 0; j < n && j < KVIDX__AHEAD; j++)
+        kvidx__seqview_prefetch(&sv, homes[j] = kvidx__key_hash(ix->seed, &seq[j], 1), 2);
+      for (j = 0; j < n; j++) {
+        uint64_t h = homes[j % KVIDX__AHEAD];
+        uint32_t at;
+        if (j + KVIDX__AHEAD < n)
+          kvidx__seqview_prefetch(&sv, homes[j % KVIDX__AHEAD] = kvidx__key_hash(ix->seed, &seq[j + KVIDX__AHEAD], 1), 2);
+        if ((at = kvidx__seqview_find(&sv, seq[j], h, NULL)) != KVIDX__NONE) kvidx__seq_delete(ix, m, at);
+      }
+      kvidx__map_tidy(ix, m, kvidx__drain_step(m, n));
+    } else {
+      kvidx__map_drop(ix, m);
+      live[op->worker] = 0;
+    }
+  next:
+    free(buf[i]);
+  }
+  double secs = (double)(now_ns() - t0) / 1e9;
+  *held = 0;
+  for (size_t w = 0; w < E->nwid; w++)
+    if (live[w]) {
+      *held += maps[w].n;
+      kvidx__map_drop(ix, &maps[w]);
+    }
+  free(maps);
+  free(live);
+  kvidx_destroy(ix);
+  free(buf);
+  return secs;
+}
+
+/* The same lines through kvidx (the kind's index), queries skipped. */
+static double events_only_rep(const efile_t *E, int kind, void **buf, uint64_t *errs, size_t *held) {
+  kvidx_stats st;
+  kvidx *ix = make_default_index(kind);
+  uint64_t t0 = now_ns();
+  for (size_t i = 0; i < E->nops; i++) {
+    if (E->ops[i].type != OP_QUERY) *errs += apply_file_event_from(ix, E, &E->ops[i], buf[i]) != KVIDX_OK;
+    free(buf[i]);
+  }
+  double secs = (double)(now_ns() - t0) / 1e9;
+  *held = kvidx_get_stats(ix, &st) == KVIDX_OK ? st.blocks : 0;
+  kvidx_destroy(ix);
+  free(buf);
+  return secs;
+}
+
+static int cmp_dbl(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* --replay FILE --seq-floor [--time REPS]: REPS repetitions, the two
+ * replays alternating which goes first; medians and the median ratio. */
+static int run_seq_floor(const efile_t *E, int kind, int reps) {
+  double *ev = xcalloc((size_t)reps, sizeof *ev), *sq = xcalloc((size_t)reps, sizeof *sq);
+  double *ratio = xcalloc((size_t)reps, sizeof *ratio);
+  uint64_t errs = 0, sblocks = 0, rblocks = 0;
+  for (size_t i = 0; i < E->nops; i++) {
+    if (E->ops[i].type == OP_STORE) sblocks += E->ops[i].n;
+    if (E->ops[i].type == OP_REMOVE) rblocks += E->ops[i].n;
+  }
+  for (int r = 0; r < reps; r++) {
+    size_t held_kvidx = 0, held_seqs = 0;
+    for (int k = 0; k < 2; k++) {
+      if ((r + k) & 1) sq[r] = seq_tables_rep(E, materialise_events(E), &held_seqs);
+      else ev[r] = events_only_rep(E, kind, materialise_events(E), &errs, &held_kvidx);
+    }
+    /* the seq tables hold what the index holds: one entry per held seq */
+    if (held_seqs != held_kvidx)
+      die("seq-floor: the seq tables end with %zu entries, kvidx with %zu held blocks", held_seqs, held_kvidx);
+    ratio[r] = sq[r] / ev[r];
+  }
+  qsort(ev, (size_t)reps, sizeof *ev, cmp_dbl);
+  qsort(sq, (size_t)reps, sizeof *sq, cmp_dbl);
+  qsort(ratio, (size_t)reps, sizeof *ratio, cmp_dbl);
+  printf("seq_floor backend=kvidx-%s events=%zu stored_blocks=%" PRIu64 " removed_blocks=%" PRIu64
+         " events_secs=%.4f seq_tables_secs=%.4f seq_share=%.3f apply_errors=%" PRIu64 "\n",
+         kind_name(kind), E->ne, sblocks, rblocks, ev[reps / 2], sq[reps / 2], ratio[reps / 2], errs / (uint64_t)reps);
+  free(ev);
+  free(sq);
+  free(ratio);
+  return 0;
+}
+
 /* formats one query's answer as dynamo-replay does: worker:score, score desc,
  * worker asc, zero scores omitted */
 static size_t format_scores(char **buf, size_t *cap, const kvidx_score *sc, size_t m) {
@@ -2137,7 +2278,9 @@ static int run_replay(const opts_t *o) {
   char name[32];
   snprintf(name, sizeof name, "kvidx-%s", kind_name(kind));
   int fail = 0;
-  if (o->replay_reps) {
+  if (o->seq_floor) {
+    fail = run_seq_floor(&E, kind, o->replay_reps ? o->replay_reps : 5);
+  } else if (o->replay_reps) {
     int reps = o->replay_reps;
     frep_t *rs = xcalloc((size_t)reps, sizeof *rs);
     for (int i = 0; i < reps; i++) {
@@ -2609,6 +2752,8 @@ static void usage(void) {
       "  --no-event-buffers  with --time: apply payloads from the parsed file, not from a heap\n"
       "                      buffer per line freed after use (as dynamo-replay does; the default)\n"
       "  --expect ANSWERS    with --replay: compare each query's line to ANSWERS (exit 1 if any differ)\n"
+      "  --seq-floor         with --replay [--time REPS (5)]: the S/R/C lines through kvidx and\n"
+      "                      through the worker seq tables alone (kvidx's map code), medians\n"
       "growth and scaling (threads):\n"
       "  --growth            grow one index to --growth-blocks (4194304) held blocks by\n"
       "                      --growth-workers (256) workers, --growth-len (64) blocks per store,\n"
@@ -2712,6 +2857,7 @@ int main(int argc, char **argv) {
     else if (IS("--write-events")) o.write_events = str_arg(argc, argv, &i);
     else if (IS("--replay")) o.replay = str_arg(argc, argv, &i);
     else if (IS("--no-event-buffers")) o.no_event_buffers = 1;
+    else if (IS("--seq-floor")) o.seq_floor = 1;
     else if (IS("--kind")) o.replay_kind = o.conc_kind = parse_kind(str_arg(argc, argv, &i));
     else if (IS("--time")) {
       o.replay_reps = (int)num_arg(argc, argv, &i);

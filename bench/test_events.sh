@@ -6,7 +6,8 @@
 #   3. --replay FILE --time 1 for each kind: checksum (sum of scores) equals 1.'s,
 #      no apply errors;
 #   4. per-query answers: radix and reference equal positional's (--expect);
-#   5. malformed event files are rejected.
+#   5. malformed event files are rejected;
+#   6. --seq-floor runs and its seq tables end as full as the index.
 # Usage: test_events.sh BENCH_BIN DIR WORKLOAD_FLAGS...
 set -u
 b=$1 dir=$2
@@ -50,4 +51,13 @@ case " $l " in
   *" checksum=$want apply_errors=0 "*) ;;
   *) echo "replay from a pipe: checksum differs from the in-process run's score sum $want"; exit 1 ;;
 esac
+# --seq-floor: the seq tables alone end holding what the index holds (the
+# mode dies otherwise), on the written file and on the hand-made one
+for ev in "$f" "$bad"; do
+  l=$("$b" --replay "$ev" --seq-floor --time 1 2>&1) || { echo "--seq-floor on $ev failed: $l"; exit 1; }
+  case " $l " in
+    *" seq_share="*" apply_errors=0 "*) ;;
+    *) echo "--seq-floor on $ev: unexpected line: $l"; exit 1 ;;
+  esac
+done
 echo "event file round trip: ok (score sum $want)"

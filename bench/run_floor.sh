@@ -1,0 +1,114 @@
+#!/bin/sh
+# `make bench-floor`: how much of the event lines' time is the worker seq
+# tables' work, and what that leaves for the 2x-arena_c target of issue 12.
+# For each mock-engine configuration (the files of `make bench-dynamo`):
+#   1. kvidx-bench --write-events FILE, and FILE without its Q lines;
+#   2. per round (ROUNDS, interleaved): kvidx-bench --replay FILE --time REPS
+#      (the whole file), dynamo-replay FILE arena_c and dynamo-replay on the
+#      file without queries (when ../shared/anchors/dynamo exists), and
+#      kvidx-bench --replay FILE --seq-floor --time REPS (the S/R/C lines
+#      through kvidx, and through the seq tables alone: see --seq-floor in
+#      kvidx-bench.c);
+#   3. the medians over rounds, and: kvidx's query time (whole file minus its
+#      event lines), the event time kvidx may take to be 2x arena_c on the
+#      whole file (arena_c's whole file / 2 minus kvidx's queries), and the
+#      seq tables' time against it.
+# Writes $OUT/floor.md.  Usage: run_floor.sh BENCH_BIN TRACE OUT_DIR
+# Environment: REPS (9), ROUNDS (3), DYNAMO_ANCHOR (../shared/anchors/dynamo),
+# CONFIGS (lines "label|kvidx-bench workload flags").
+set -u
+BIN=${1:-build/kvidx-bench}
+TRACE=${2:-bench/data/mooncake_conversation_trace.jsonl.gz}
+OUT=${3:-bench/results}
+REPS=${REPS:-9}
+ROUNDS=${ROUNDS:-3}
+ANCHOR=${DYNAMO_ANCHOR:-../shared/anchors/dynamo}
+CONFIGS=${CONFIGS:-"W16 C2048 F1|-W 16 -C 2048 -F 1
+W16 C16384 F1|-W 16 -C 16384 -F 1
+W64 C16384 F16|-W 64 -C 16384 -F 16
+W16 C2048 F1, 20% collisions|-W 16 -C 2048 -F 1 --collide 0.2"}
+mkdir -p "$OUT"
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/kvidx-floor.XXXXXX") || exit 2
+trap 'rm -rf "$TMP"' EXIT INT TERM
+fail=0
+
+DYN=""
+if [ -d "$ANCHOR" ]; then
+  echo "=== building dynamo-replay ($ANCHOR/build.sh)"
+  DYN=$(sh "$ANCHOR/build.sh") || { echo "NOTE: dynamo-replay failed to build: the Dynamo side is skipped"; DYN=""; }
+else
+  echo "NOTE: $ANCHOR not found: the Dynamo side is skipped (kvidx figures only)"
+fi
+
+field() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) printf "%.4f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+MD="$OUT/floor.md.tmp"
+rev=$(git rev-parse --short HEAD 2>/dev/null || echo '?')
+cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //')
+{
+  echo "# The seq tables' floor"
+  echo
+  echo "Made by \`make bench-floor\` (bench/run_floor.sh; REPS=$REPS, ROUNDS=$ROUNDS) on $(date -u '+%Y-%m-%d %H:%M UTC'), git $rev."
+  echo
+  echo "- Machine: ${cpu:-?}, $(getconf _NPROCESSORS_ONLN) cores online, load average at start"
+  echo "  $(cut -d' ' -f1-3 /proc/loadavg); shared with other jobs: compare figures within this run only."
+  echo "- Every figure is seconds for one replay: the median of $REPS repetitions in one process,"
+  echo "  then the median of $ROUNDS interleaved rounds.  Event files and tools as in dynamo.md;"
+  echo "  glibc malloc with default settings in both tools."
+  echo "- whole: \`$BIN --replay FILE --time $REPS\` and \`dynamo-replay FILE arena_c --time $REPS\`."
+  echo "  events: the same without the Q lines (\`--seq-floor\`'s first replay; dynamo-replay on"
+  echo "  the file without Q lines).  seq tables: \`--seq-floor\`'s second replay, the S/R/C"
+  echo "  lines through the worker seq tables alone (kvidx's map code, used as its stores and"
+  echo "  removals use it), the work any design keeping a per-worker map from each held seq does."
+  echo "- kvidx queries = kvidx whole - kvidx events.  Events for 2x = arena_c whole / 2 - kvidx"
+  echo "  queries: the event time kvidx may take for its whole file to run in half arena_c's."
+  echo
+} >"$MD"
+
+ROWS="$TMP/rows"
+: >"$ROWS"
+printf '%s\n' "$CONFIGS" | while IFS='|' read -r label flags; do
+  [ -n "$label" ] || continue
+  f="$TMP/events" nq="$TMP/events-nq"
+  echo "=== $label: $BIN --trace $TRACE $flags --write-events FILE"
+  # shellcheck disable=SC2086
+  "$BIN" -q --trace "$TRACE" $flags --write-events "$f" </dev/null || { echo "!!! $label: write failed"; echo FAIL >>"$TMP/fail"; continue; }
+  grep -v '^Q' "$f" >"$nq"
+  : >"$TMP/kw"; : >"$TMP/ke"; : >"$TMP/ks"; : >"$TMP/aw"; : >"$TMP/ae"
+  r=0
+  while [ $r -lt "$ROUNDS" ]; do
+    r=$((r + 1))
+    l=$("$BIN" --replay "$f" --time "$REPS" 2>/dev/null </dev/null) || { echo "!!! kvidx replay failed"; echo FAIL >>"$TMP/fail"; }
+    echo "$l"; field "$l" secs >>"$TMP/kw"
+    l=$("$BIN" --replay "$f" --seq-floor --time "$REPS" 2>&1 </dev/null) || { echo "!!! kvidx --seq-floor failed: $l"; echo FAIL >>"$TMP/fail"; }
+    echo "$l"; field "$l" events_secs >>"$TMP/ke"; field "$l" seq_tables_secs >>"$TMP/ks"
+    if [ -n "$DYN" ]; then
+      l=$("$DYN" "$f" arena_c --time "$REPS" 2>/dev/null </dev/null) || { echo "!!! dynamo arena_c failed"; echo FAIL >>"$TMP/fail"; }
+      echo "$l"; field "$l" secs >>"$TMP/aw"
+      l=$("$DYN" "$nq" arena_c --time "$REPS" 2>/dev/null </dev/null) || { echo "!!! dynamo arena_c (no queries) failed"; echo FAIL >>"$TMP/fail"; }
+      echo "$l"; field "$l" secs >>"$TMP/ae"
+    fi
+  done
+  printf '%s|%s|%s|%s|%s|%s\n' "$label" "$(median <"$TMP/kw")" "$(median <"$TMP/ke")" "$(median <"$TMP/ks")" \
+    "$(median <"$TMP/aw")" "$(median <"$TMP/ae")" >>"$ROWS"
+done
+
+{
+  echo "| file | kvidx whole | kvidx events | kvidx queries | seq tables | seq tables / kvidx events | arena_c whole | arena_c events | whole: kvidx vs arena_c | events for 2x | seq tables / events for 2x |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  awk -F'|' '{
+    q = $2 - $3
+    if ($5 != "") { vs = sprintf("%.2fx", $5 / $2); need = $5 / 2 - q; nd = sprintf("%.4f", need); fl = need > 0 ? sprintf("%.2f", $4 / need) : "over" }
+    else { vs = "-"; nd = "-"; fl = "-" }
+    printf "| %s | %.4f | %.4f | %.4f | %.4f | %.2f | %s | %s | %s | %s | %s |\n", $1, $2, $3, q, $4, $4 / $3, ($5 == "" ? "-" : $5), ($6 == "" ? "-" : $6), vs, nd, fl
+  }' "$ROWS"
+  echo
+  echo "seq tables / events for 2x >= 1: with a seq table per worker as fast as kvidx's, the 2x target"
+  echo "is out of reach on that file whatever the rest of the event path costs."
+  [ -n "$DYN" ] || echo "(no dynamo-replay: $ANCHOR not found or not built; kvidx columns only)"
+} >>"$MD"
+[ -s "$TMP/fail" ] && fail=1
+mv "$MD" "$OUT/floor.md"
+cat "$OUT/floor.md"
+exit $fail
