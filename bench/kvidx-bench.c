@@ -2074,7 +2074,7 @@ static void replay_file_rep(const efile_t *E, int kind, int event_buffers, frep_
  * looked up, room reserved, each new seq put / each removed seq deleted
  * with the table tidied after).  Both read each line from its own heap
  * buffer (materialise_events). */
-static double seq_tables_rep(const efile_t *E, void **buf, size_t *held) {
+static double seq_tables_rep(const efile_t *E, void **buf, size_t *held, size_t *tables, uint64_t *places) {
   kvidx *ix = make_default_index(KVIDX_POSITIONAL); /* its seed and allocator */
   kvidx__map *maps = xcalloc(E->nwid ? E->nwid : 1, sizeof *maps);
   unsigned char *live = xcalloc(E->nwid ? E->nwid : 1, 1);
@@ -2135,10 +2135,14 @@ static double seq_tables_rep(const efile_t *E, void **buf, size_t *held) {
     free(buf[i]);
   }
   double secs = (double)(now_ns() - t0) / 1e9;
-  *held = 0;
+  *held = *tables = 0;
+  *places = 0;
   for (size_t w = 0; w < E->nwid; w++)
     if (live[w]) {
+      const kvidx__mtab *t = kvidx__ld(&maps[w].tab);
       *held += maps[w].n;
+      if (maps[w].n) ++*tables;
+      if (t && t->mask + 1 > *places) *places = t->mask + 1;
       kvidx__map_drop(ix, &maps[w]);
     }
   free(maps);
@@ -2169,20 +2173,63 @@ static int cmp_dbl(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* What the machine gives for the same kind of access: `tables` tables of
+ * `places` two-word places, half of them used, probed for random absent
+ * keys (linear probing to a free place, as a put's probe), 20 keys on one
+ * table then another table, each key's line asked for 8 keys ahead: ns per
+ * probe, the median of 3 rounds of `ops` probes (no writes: a floor under
+ * the seq tables' puts and deletions, which also write). */
+static volatile uint64_t bare_probe_sink;
+static double bare_probe_ns(size_t tables, uint64_t places, uint64_t ops) {
+  enum { GROUP = 20, AHEAD = 8 };
+  uint64_t **tab = xcalloc(tables, sizeof *tab), x = 0x9E3779B97F4A7C15ull, sum = 0, mask = places - 1;
+  double ns[3];
+  for (size_t t = 0; t < tables; t++) {
+    tab[t] = xcalloc((size_t)places * 2, sizeof **tab);
+    for (uint64_t i = 0; i < places; i++) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      if (x & 1) tab[t][2 * i] = x, tab[t][2 * i + 1] = 1;
+    }
+  }
+  for (int r = 0; r < 3; r++) {
+    uint64_t t0 = now_ns();
+    for (uint64_t o = 0; o < ops; o += GROUP) {
+      uint64_t h[GROUP];
+      const uint64_t *w = tab[kvidx__mix(o + (uint64_t)r) % tables];
+      for (int j = 0; j < GROUP; j++) h[j] = kvidx__mix(o * GROUP + (uint64_t)j + ((uint64_t)r << 40));
+      for (int j = 0; j < AHEAD; j++) KVIDX__PREFETCH(&w[2 * (h[j] & mask)]);
+      for (int j = 0; j < GROUP; j++) {
+        uint64_t i = h[j] & mask;
+        if (j + AHEAD < GROUP) KVIDX__PREFETCH(&w[2 * (h[j + AHEAD] & mask)]);
+        while (w[2 * i + 1] && w[2 * i] != h[j]) i = (i + 1) & mask;
+        sum += i;
+      }
+    }
+    ns[r] = (double)(now_ns() - t0) / (double)ops;
+  }
+  for (size_t t = 0; t < tables; t++) free(tab[t]);
+  free(tab);
+  qsort(ns, 3, sizeof *ns, cmp_dbl);
+  bare_probe_sink = sum; /* the probes are not optimised out */
+  return ns[1];
+}
+
 /* --replay FILE --seq-floor [--time REPS]: REPS repetitions, the two
  * replays alternating which goes first; medians and the median ratio. */
 static int run_seq_floor(const efile_t *E, int kind, int reps) {
   double *ev = xcalloc((size_t)reps, sizeof *ev), *sq = xcalloc((size_t)reps, sizeof *sq);
   double *ratio = xcalloc((size_t)reps, sizeof *ratio);
-  uint64_t errs = 0, sblocks = 0, rblocks = 0;
+  uint64_t errs = 0, sblocks = 0, rblocks = 0, places = 0, nparents = 0;
+  size_t tables = 0;
   for (size_t i = 0; i < E->nops; i++) {
     if (E->ops[i].type == OP_STORE) sblocks += E->ops[i].n;
     if (E->ops[i].type == OP_REMOVE) rblocks += E->ops[i].n;
+    nparents += E->ops[i].type == OP_STORE && E->ops[i].has_parent;
   }
   for (int r = 0; r < reps; r++) {
     size_t held_kvidx = 0, held_seqs = 0;
     for (int k = 0; k < 2; k++) {
-      if ((r + k) & 1) sq[r] = seq_tables_rep(E, materialise_events(E), &held_seqs);
+      if ((r + k) & 1) sq[r] = seq_tables_rep(E, materialise_events(E), &held_seqs, &tables, &places);
       else ev[r] = events_only_rep(E, kind, materialise_events(E), &errs, &held_kvidx);
     }
     /* the seq tables hold what the index holds: one entry per held seq */
@@ -2193,9 +2240,15 @@ static int run_seq_floor(const efile_t *E, int kind, int reps) {
   qsort(ev, (size_t)reps, sizeof *ev, cmp_dbl);
   qsort(sq, (size_t)reps, sizeof *sq, cmp_dbl);
   qsort(ratio, (size_t)reps, sizeof *ratio, cmp_dbl);
+  /* seq operations: a probe per stored block, a lookup per parent, a probe
+   * (and deletion) per removed block */
+  uint64_t seq_ops = sblocks + rblocks + nparents;
+  double bare = tables && places && seq_ops ? bare_probe_ns(tables, places, seq_ops) : 0;
   printf("seq_floor backend=kvidx-%s events=%zu stored_blocks=%" PRIu64 " removed_blocks=%" PRIu64
-         " events_secs=%.4f seq_tables_secs=%.4f seq_share=%.3f apply_errors=%" PRIu64 "\n",
-         kind_name(kind), E->ne, sblocks, rblocks, ev[reps / 2], sq[reps / 2], ratio[reps / 2], errs / (uint64_t)reps);
+         " events_secs=%.4f seq_tables_secs=%.4f seq_share=%.3f seq_ops=%" PRIu64 " seq_ns_per_op=%.1f"
+         " bare_tables=%zu bare_places=%" PRIu64 " bare_probe_ns=%.1f apply_errors=%" PRIu64 "\n",
+         kind_name(kind), E->ne, sblocks, rblocks, ev[reps / 2], sq[reps / 2], ratio[reps / 2], seq_ops,
+         seq_ops ? sq[reps / 2] * 1e9 / (double)seq_ops : 0.0, tables, places, bare, errs / (uint64_t)reps);
   free(ev);
   free(sq);
   free(ratio);

@@ -12,7 +12,8 @@
 #   3. the medians over rounds, and: kvidx's query time (whole file minus its
 #      event lines), the event time kvidx may take to be 2x arena_c on the
 #      whole file (arena_c's whole file / 2 minus kvidx's queries), and the
-#      seq tables' time against it.
+#      seq tables' time against it; the seq tables' ns per operation beside
+#      --seq-floor's bare probe of tables as large (the machine's floor).
 # Writes $OUT/floor.md.  Usage: run_floor.sh BENCH_BIN TRACE OUT_DIR
 # Environment: REPS (9), ROUNDS (3), DYNAMO_ANCHOR (../shared/anchors/dynamo),
 # CONFIGS (lines "label|kvidx-bench workload flags").
@@ -75,7 +76,7 @@ printf '%s\n' "$CONFIGS" | while IFS='|' read -r label flags; do
   # shellcheck disable=SC2086
   "$BIN" -q --trace "$TRACE" $flags --write-events "$f" </dev/null || { echo "!!! $label: write failed"; echo FAIL >>"$TMP/fail"; continue; }
   grep -v '^Q' "$f" >"$nq"
-  : >"$TMP/kw"; : >"$TMP/ke"; : >"$TMP/ks"; : >"$TMP/aw"; : >"$TMP/ae"
+  : >"$TMP/kw"; : >"$TMP/ke"; : >"$TMP/ks"; : >"$TMP/aw"; : >"$TMP/ae"; : >"$TMP/kn"; : >"$TMP/bn"
   r=0
   while [ $r -lt "$ROUNDS" ]; do
     r=$((r + 1))
@@ -83,6 +84,8 @@ printf '%s\n' "$CONFIGS" | while IFS='|' read -r label flags; do
     echo "$l"; field "$l" secs >>"$TMP/kw"
     l=$("$BIN" --replay "$f" --seq-floor --time "$REPS" 2>&1 </dev/null) || { echo "!!! kvidx --seq-floor failed: $l"; echo FAIL >>"$TMP/fail"; }
     echo "$l"; field "$l" events_secs >>"$TMP/ke"; field "$l" seq_tables_secs >>"$TMP/ks"
+    field "$l" seq_ns_per_op >>"$TMP/kn"; field "$l" bare_probe_ns >>"$TMP/bn"
+    bare="$(field "$l" bare_tables) x $(field "$l" bare_places)"
     if [ -n "$DYN" ]; then
       l=$("$DYN" "$f" arena_c --time "$REPS" 2>/dev/null </dev/null) || { echo "!!! dynamo arena_c failed"; echo FAIL >>"$TMP/fail"; }
       echo "$l"; field "$l" secs >>"$TMP/aw"
@@ -90,8 +93,8 @@ printf '%s\n' "$CONFIGS" | while IFS='|' read -r label flags; do
       echo "$l"; field "$l" secs >>"$TMP/ae"
     fi
   done
-  printf '%s|%s|%s|%s|%s|%s\n' "$label" "$(median <"$TMP/kw")" "$(median <"$TMP/ke")" "$(median <"$TMP/ks")" \
-    "$(median <"$TMP/aw")" "$(median <"$TMP/ae")" >>"$ROWS"
+  printf '%s|%s|%s|%s|%s|%s|%s|%s|%s\n' "$label" "$(median <"$TMP/kw")" "$(median <"$TMP/ke")" "$(median <"$TMP/ks")" \
+    "$(median <"$TMP/aw")" "$(median <"$TMP/ae")" "$(median <"$TMP/kn")" "$(median <"$TMP/bn")" "$bare" >>"$ROWS"
 done
 
 {
@@ -103,6 +106,16 @@ done
     else { vs = "-"; nd = "-"; fl = "-" }
     printf "| %s | %.4f | %.4f | %.4f | %.4f | %.2f | %s | %s | %s | %s | %s |\n", $1, $2, $3, q, $4, $4 / $3, ($5 == "" ? "-" : $5), ($6 == "" ? "-" : $6), vs, nd, fl
   }' "$ROWS"
+  echo
+  echo "| file | seq-table operations: ns each | bare probe: ns each | tables x places (bare probe) |"
+  echo "|---|---:|---:|---|"
+  awk -F'|' '{ printf "| %s | %.1f | %.1f | %s |\n", $1, $7, $8, $9 }' "$ROWS"
+  echo
+  echo "seq-table operations: seq tables / (stored blocks + parents + removed blocks).  Bare probe:"
+  echo "\`--seq-floor\`'s measure of the machine (kvidx-bench.c, bare_probe_ns): as many tables as workers"
+  echo "held blocks at the end, each of the largest seq table's places (16 bytes, half used),"
+  echo "probed for random absent keys 20 at a time per table, each key's line asked for 8 keys"
+  echo "ahead, read only: what this machine gives for a seq table's kind of access."
   echo
   echo "seq tables / events for 2x >= 1: with a seq table per worker as fast as kvidx's, the 2x target"
   echo "is out of reach on that file whatever the rest of the event path costs."
