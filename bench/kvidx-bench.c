@@ -2343,6 +2343,8 @@ static int run_replay(const opts_t *o) {
     }
     qsort(rs, (size_t)reps, sizeof *rs, cmp_frep);
     frep_t *med = &rs[reps / 2];
+    uint64_t qns = 0; /* the median repetition's find_matches calls, summed (each timed on its own) */
+    for (size_t i = 0; i < E.nq; i++) qns += med->lat[i];
     qsort(med->lat, E.nq, sizeof *med->lat, cmp_u64);
     /* memory, from one more (untimed) replay: kvidx_get_stats after every
      * Stored event, taken where the most blocks are held */
@@ -2361,12 +2363,13 @@ static int run_replay(const opts_t *o) {
     kvidx_destroy(ix);
     printf("backend=%s events=%zu queries=%zu block_ops=%" PRIu64 " secs=%.4f block_ops_per_s=%.0f p50_ns=%" PRIu64
            " p99_ns=%" PRIu64 " p999_ns=%" PRIu64 " checksum=%" PRIu64 " apply_errors=%" PRIu64
-           " held_blocks_peak=%zu bytes_per_held_block=%.1f peak_bytes=%zu held_blocks_end=%zu bytes_end=%zu\n",
+           " held_blocks_peak=%zu bytes_per_held_block=%.1f peak_bytes=%zu held_blocks_end=%zu bytes_end=%zu"
+           " query_secs=%.4f\n",
            name, E.ne, E.nq, E.block_ops, med->secs, (double)E.block_ops / med->secs,
            pct_permille(med->lat, E.nq, 500), pct_permille(med->lat, E.nq, 990),
            pct_permille(med->lat, E.nq, 999), med->checksum, med->errors, at_peak.blocks,
            at_peak.blocks ? (double)at_peak.bytes / (double)at_peak.blocks : 0.0, st.peak_bytes, st.blocks,
-           st.bytes);
+           st.bytes, (double)qns / 1e9);
     fprintf(stderr, "kvidx-bench: backend=%s parse %.2fs, rep_secs(sorted)=[", name, tparse);
     for (int i = 0; i < reps; i++) fprintf(stderr, "%s%.4f", i ? "," : "", rs[i].secs);
     fprintf(stderr, "]; bytes_per_held_block = kvidx_get_stats().bytes / .blocks at the peak of held blocks\n");

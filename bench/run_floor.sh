@@ -9,8 +9,8 @@
 #      kvidx-bench --replay FILE --seq-floor --time REPS (the S/R/C lines
 #      through kvidx, and through the seq tables alone: see --seq-floor in
 #      kvidx-bench.c);
-#   3. the medians over rounds, and: kvidx's query time (whole file minus its
-#      event lines), the event time kvidx may take to be 2x arena_c on the
+#   3. the medians over rounds, and: kvidx's query time (its find_matches
+#      calls in the whole-file replay, summed: query_secs), the event time kvidx may take to be 2x arena_c on the
 #      whole file (arena_c's whole file / 2 minus kvidx's queries), and the
 #      seq tables' time against it; the seq tables' ns per operation beside
 #      --seq-floor's bare probe of tables as large (the machine's floor).
@@ -62,8 +62,9 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //')
   echo "  the file without Q lines).  seq tables: \`--seq-floor\`'s second replay, the S/R/C"
   echo "  lines through the worker seq tables alone (kvidx's map code, used as its stores and"
   echo "  removals use it), the work any design keeping a per-worker map from each held seq does."
-  echo "- kvidx queries = kvidx whole - kvidx events.  Events for 2x = arena_c whole / 2 - kvidx"
-  echo "  queries: the event time kvidx may take for its whole file to run in half arena_c's."
+  echo "- kvidx queries: the whole-file replay's find_matches calls, each timed on its own, summed"
+  echo "  (\`query_secs\`).  Events for 2x = arena_c whole / 2 - kvidx queries: the event time kvidx"
+  echo "  may take for its whole file to run in half arena_c's."
   echo
 } >"$MD"
 
@@ -76,12 +77,12 @@ printf '%s\n' "$CONFIGS" | while IFS='|' read -r label flags; do
   # shellcheck disable=SC2086
   "$BIN" -q --trace "$TRACE" $flags --write-events "$f" </dev/null || { echo "!!! $label: write failed"; echo FAIL >>"$TMP/fail"; continue; }
   grep -v '^Q' "$f" >"$nq"
-  : >"$TMP/kw"; : >"$TMP/ke"; : >"$TMP/ks"; : >"$TMP/aw"; : >"$TMP/ae"; : >"$TMP/kn"; : >"$TMP/bn"
+  : >"$TMP/kw"; : >"$TMP/kq"; : >"$TMP/ke"; : >"$TMP/ks"; : >"$TMP/aw"; : >"$TMP/ae"; : >"$TMP/kn"; : >"$TMP/bn"
   r=0
   while [ $r -lt "$ROUNDS" ]; do
     r=$((r + 1))
     l=$("$BIN" --replay "$f" --time "$REPS" 2>/dev/null </dev/null) || { echo "!!! kvidx replay failed"; echo FAIL >>"$TMP/fail"; }
-    echo "$l"; field "$l" secs >>"$TMP/kw"
+    echo "$l"; field "$l" secs >>"$TMP/kw"; field "$l" query_secs >>"$TMP/kq"
     l=$("$BIN" --replay "$f" --seq-floor --time "$REPS" 2>&1 </dev/null) || { echo "!!! kvidx --seq-floor failed: $l"; echo FAIL >>"$TMP/fail"; }
     echo "$l"; field "$l" events_secs >>"$TMP/ke"; field "$l" seq_tables_secs >>"$TMP/ks"
     field "$l" seq_ns_per_op >>"$TMP/kn"; field "$l" bare_probe_ns >>"$TMP/bn"
@@ -93,15 +94,16 @@ printf '%s\n' "$CONFIGS" | while IFS='|' read -r label flags; do
       echo "$l"; field "$l" secs >>"$TMP/ae"
     fi
   done
-  printf '%s|%s|%s|%s|%s|%s|%s|%s|%s\n' "$label" "$(median <"$TMP/kw")" "$(median <"$TMP/ke")" "$(median <"$TMP/ks")" \
-    "$(median <"$TMP/aw")" "$(median <"$TMP/ae")" "$(median <"$TMP/kn")" "$(median <"$TMP/bn")" "$bare" >>"$ROWS"
+  printf '%s|%s|%s|%s|%s|%s|%s|%s|%s|%s\n' "$label" "$(median <"$TMP/kw")" "$(median <"$TMP/ke")" "$(median <"$TMP/ks")" \
+    "$(median <"$TMP/aw")" "$(median <"$TMP/ae")" "$(median <"$TMP/kn")" "$(median <"$TMP/bn")" "$bare" \
+    "$(median <"$TMP/kq")" >>"$ROWS"
 done
 
 {
   echo "| file | kvidx whole | kvidx events | kvidx queries | seq tables | seq tables / kvidx events | arena_c whole | arena_c events | whole: kvidx vs arena_c | events for 2x | seq tables / events for 2x |"
   echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   awk -F'|' '{
-    q = $2 - $3
+    q = $10
     if ($5 != "") { vs = sprintf("%.2fx", $5 / $2); need = $5 / 2 - q; nd = sprintf("%.4f", need); fl = need > 0 ? sprintf("%.2f", $4 / need) : "over" }
     else { vs = "-"; nd = "-"; fl = "-" }
     printf "| %s | %.4f | %.4f | %.4f | %.4f | %.2f | %s | %s | %s | %s | %s |\n", $1, $2, $3, q, $4, $4 / $3, ($5 == "" ? "-" : $5), ($6 == "" ? "-" : $6), vs, nd, fl
