@@ -2235,7 +2235,7 @@ static int run_seq_floor(const efile_t *E, int kind, int reps) {
     /* the seq tables hold what the index holds: one entry per held seq */
     if (held_seqs != held_kvidx)
       die("seq-floor: the seq tables end with %zu entries, kvidx with %zu held blocks", held_seqs, held_kvidx);
-    ratio[r] = sq[r] / ev[r];
+    ratio[r] = ev[r] > 0 ? sq[r] / ev[r] : 0;
   }
   qsort(ev, (size_t)reps, sizeof *ev, cmp_dbl);
   qsort(sq, (size_t)reps, sizeof *sq, cmp_dbl);
