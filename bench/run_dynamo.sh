@@ -28,10 +28,8 @@ ROUNDS=${ROUNDS:-1}
 ANCHOR=${DYNAMO_ANCHOR:-../shared/anchors/dynamo}
 KINDS=${KINDS:-positional radix reference}
 BACKENDS=${BACKENDS:-arena_c positional crt}
-CONFIGS=${CONFIGS:-"W16 C2048 F1|-W 16 -C 2048 -F 1
-W16 C16384 F1|-W 16 -C 16384 -F 1
-W64 C16384 F16|-W 64 -C 16384 -F 16
-W16 C2048 F1, 20% collisions|-W 16 -C 2048 -F 1 --collide 0.2"}
+. "$(dirname "$0")/dynamo_common.sh"
+CONFIGS=${CONFIGS:-$DYNAMO_FILES}
 case ${HEAP:=default} in
   default) NAME=dynamo.md; HEAP_TEXT="glibc malloc with default settings (dynamo-replay sets no global allocator)" ;;
   keep)
@@ -47,19 +45,7 @@ trap 'rm -rf "$TMP"' EXIT INT TERM
 START=$(date +%s)
 fail=0
 
-DYN=""
-if [ -d "$ANCHOR" ]; then
-  echo "=== building dynamo-replay ($ANCHOR/build.sh)"
-  if DYN=$(sh "$ANCHOR/build.sh"); then :; else
-    echo "NOTE: dynamo-replay failed to build: the Dynamo side is skipped"
-    DYN=""
-  fi
-else
-  echo "NOTE: $ANCHOR not found: the Dynamo side is skipped (kvidx figures only)"
-fi
-
-# key=value field of a result line
-field() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+find_dynamo
 
 MD="$OUT/$NAME.tmp"
 CMD=bench-dynamo; [ "$HEAP" = keep ] && CMD=bench-dynamo-keep

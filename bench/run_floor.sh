@@ -24,24 +24,14 @@ OUT=${3:-bench/results}
 REPS=${REPS:-9}
 ROUNDS=${ROUNDS:-3}
 ANCHOR=${DYNAMO_ANCHOR:-../shared/anchors/dynamo}
-CONFIGS=${CONFIGS:-"W16 C2048 F1|-W 16 -C 2048 -F 1
-W16 C16384 F1|-W 16 -C 16384 -F 1
-W64 C16384 F16|-W 64 -C 16384 -F 16
-W16 C2048 F1, 20% collisions|-W 16 -C 2048 -F 1 --collide 0.2"}
+. "$(dirname "$0")/dynamo_common.sh"
+CONFIGS=${CONFIGS:-$DYNAMO_FILES}
 mkdir -p "$OUT"
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/kvidx-floor.XXXXXX") || exit 2
 trap 'rm -rf "$TMP"' EXIT INT TERM
 fail=0
 
-DYN=""
-if [ -d "$ANCHOR" ]; then
-  echo "=== building dynamo-replay ($ANCHOR/build.sh)"
-  DYN=$(sh "$ANCHOR/build.sh") || { echo "NOTE: dynamo-replay failed to build: the Dynamo side is skipped"; DYN=""; }
-else
-  echo "NOTE: $ANCHOR not found: the Dynamo side is skipped (kvidx figures only)"
-fi
-
-field() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+find_dynamo
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) printf "%.4f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 MD="$OUT/floor.md.tmp"
