@@ -6,7 +6,7 @@
 #   make bench-dynamo side by side with Dynamo's indexers (dynamo-replay) on the
 #                     same event files -> bench/results/dynamo.md (a few minutes)
 #   make bench-floor  the worker seq tables' share of the event lines and what the
-#                     2x-arena_c target leaves -> bench/results/floor.md (~10 minutes)
+#                     2x-arena_c target leaves -> bench/results/floor.md (4-5 minutes)
 #   make bench-growth growth latency to 4M blocks + writer scaling -> bench/results/growth.md
 #   make test-bench   smoke test: kinds must agree on every score (< 30 s)
 # Tool help: build/kvidx-bench --help.  Docs: bench/README.md.

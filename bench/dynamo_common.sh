@@ -2,6 +2,8 @@
 # share.  Sets DYNAMO_FILES (the mock-engine configurations of issue 12's
 # files, lines "label|kvidx-bench workload flags") and defines
 #   field LINE KEY   the value of KEY=... in a key=value result line;
+#   median           the median of the numbers on stdin, one per line (of an
+#                    even count, the mean of the middle two), %.4f;
 #   find_dynamo      builds dynamo-replay from ANCHOR (its build.sh) and
 #                    sets DYN to its path, or to "" with a note when ANCHOR
 #                    is missing or the build fails.
@@ -11,6 +13,8 @@ W64 C16384 F16|-W 64 -C 16384 -F 16
 W16 C2048 F1, 20% collisions|-W 16 -C 2048 -F 1 --collide 0.2"
 
 field() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) printf "%.4f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 find_dynamo() {
   DYN=""

@@ -1994,6 +1994,7 @@ typedef struct {
   double secs;
   uint64_t checksum, errors;
   uint64_t *lat;
+  size_t held; /* blocks held at the end */
 } frep_t;
 
 static int cmp_u64(const void *a, const void *b) {
@@ -2032,10 +2033,12 @@ static void **materialise_events(const efile_t *E) {
 }
 
 /* One timed replay into a fresh index: creation and destruction outside the
- * clock, every line applied in file order inside it, each find_matches timed.
- * With event_buffers, each line's payload comes from (and is freed after use
- * from) its own buffer, as in dynamo-replay (see materialise_events). */
-static void replay_file_rep(const efile_t *E, int kind, int event_buffers, frep_t *r, kvidx_score *sc, size_t cap) {
+ * clock, every line applied in file order inside it, each find_matches timed
+ * (without queries: Q lines skipped, sc unused).  With event_buffers, each
+ * line's payload comes from (and is freed after use from) its own buffer, as
+ * in dynamo-replay (see materialise_events). */
+static void replay_file_rep(const efile_t *E, int kind, int event_buffers, int queries, frep_t *r, kvidx_score *sc,
+                            size_t cap) {
   void **buf = event_buffers ? materialise_events(E) : NULL;
   kvidx *ix = make_default_index(kind);
   uint64_t cs = 0, errs = 0;
@@ -2045,6 +2048,10 @@ static void replay_file_rep(const efile_t *E, int kind, int event_buffers, frep_
     const op_t *op = &E->ops[i];
     const void *payload = buf ? buf[i] : file_payload(E, op);
     if (op->type == OP_QUERY) {
+      if (!queries) {
+        if (buf) free(buf[i]);
+        continue;
+      }
       uint64_t a = now_ns();
       size_t m = kvidx_find_matches(ix, (const uint64_t *)payload, op->n, sc, cap);
       uint64_t b = now_ns();
@@ -2057,6 +2064,10 @@ static void replay_file_rep(const efile_t *E, int kind, int event_buffers, frep_
     if (buf) free(buf[i]);
   }
   r->secs = (double)(now_ns() - t0) / 1e9;
+  {
+    kvidx_stats st;
+    r->held = kvidx_get_stats(ix, &st) == KVIDX_OK ? st.blocks : 0;
+  }
   kvidx_destroy(ix);
   free(buf);
   r->checksum = cs, r->errors = errs;
@@ -2152,22 +2163,6 @@ static double seq_tables_rep(const efile_t *E, void **buf, size_t *held, size_t 
   return secs;
 }
 
-/* The same lines through kvidx (the kind's index), queries skipped. */
-static double events_only_rep(const efile_t *E, int kind, void **buf, uint64_t *errs, size_t *held) {
-  kvidx_stats st;
-  kvidx *ix = make_default_index(kind);
-  uint64_t t0 = now_ns();
-  for (size_t i = 0; i < E->nops; i++) {
-    if (E->ops[i].type != OP_QUERY) *errs += apply_file_event_from(ix, E, &E->ops[i], buf[i]) != KVIDX_OK;
-    free(buf[i]);
-  }
-  double secs = (double)(now_ns() - t0) / 1e9;
-  *held = kvidx_get_stats(ix, &st) == KVIDX_OK ? st.blocks : 0;
-  kvidx_destroy(ix);
-  free(buf);
-  return secs;
-}
-
 static int cmp_dbl(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -2229,8 +2224,16 @@ static int run_seq_floor(const efile_t *E, int kind, int reps) {
   for (int r = 0; r < reps; r++) {
     size_t held_kvidx = 0, held_seqs = 0;
     for (int k = 0; k < 2; k++) {
-      if ((r + k) & 1) sq[r] = seq_tables_rep(E, materialise_events(E), &held_seqs, &tables, &places);
-      else ev[r] = events_only_rep(E, kind, materialise_events(E), &errs, &held_kvidx);
+      if ((r + k) & 1) {
+        sq[r] = seq_tables_rep(E, materialise_events(E), &held_seqs, &tables, &places);
+      } else { /* the same lines through kvidx, queries skipped */
+        frep_t fr;
+        memset(&fr, 0, sizeof fr);
+        replay_file_rep(E, kind, 1, 0, &fr, NULL, 0);
+        ev[r] = fr.secs;
+        errs += fr.errors;
+        held_kvidx = fr.held;
+      }
     }
     /* the seq tables hold what the index holds: one entry per held seq */
     if (held_seqs != held_kvidx)
@@ -2338,7 +2341,7 @@ static int run_replay(const opts_t *o) {
     frep_t *rs = xcalloc((size_t)reps, sizeof *rs);
     for (int i = 0; i < reps; i++) {
       rs[i].lat = xcalloc(E.nq + 1, sizeof *rs[i].lat);
-      replay_file_rep(&E, kind, !o->no_event_buffers, &rs[i], sc, cap);
+      replay_file_rep(&E, kind, !o->no_event_buffers, 1, &rs[i], sc, cap);
       if (rs[i].checksum != rs[0].checksum) die("%s: checksum differs between repetitions", name);
     }
     qsort(rs, (size_t)reps, sizeof *rs, cmp_frep);

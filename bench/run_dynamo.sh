@@ -149,7 +149,7 @@ printf '%s\n' "$CONFIGS" | while IFS='|' read -r label flags; do
   # between rounds
   if [ -s "$TMP/pairs" ]; then
     rat="$rat; per round vs arena_c: $(awk '{ printf "%s%.2fx", (NR > 1 ? " " : ""), ($2 > 0 ? $1 / $2 : 0) }' "$TMP/pairs")"
-    rat="$rat, median $(awk '{ print ($2 > 0 ? $1 / $2 : 0) }' "$TMP/pairs" | sort -g | awk '{ v[NR] = $1 } END { printf "%.2fx", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')"
+    rat="$rat, median $(awk '{ print ($2 > 0 ? $1 / $2 : 0) }' "$TMP/pairs" | median | awk '{ printf "%.2fx", $1 }')"
   fi
   # the fastest repetition of each over all rounds (the tools' sorted
   # rep_secs on stderr): the one other jobs disturbed least, a floor to read

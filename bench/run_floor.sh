@@ -10,8 +10,9 @@
 #      through kvidx, and through the seq tables alone: see --seq-floor in
 #      kvidx-bench.c);
 #   3. the medians over rounds, and: kvidx's query time (its find_matches
-#      calls in the whole-file replay, summed: query_secs), the event time kvidx may take to be 2x arena_c on the
-#      whole file (arena_c's whole file / 2 minus kvidx's queries), and the
+#      calls in the whole-file replay, summed: query_secs), the event time
+#      kvidx may take to be 2x arena_c on the whole file (arena_c's whole
+#      file / 2 minus kvidx's queries), and the
 #      seq tables' time against it; the seq tables' ns per operation beside
 #      --seq-floor's bare probe of tables as large (the machine's floor).
 # Writes $OUT/floor.md.  Usage: run_floor.sh BENCH_BIN TRACE OUT_DIR
@@ -32,7 +33,6 @@ trap 'rm -rf "$TMP"' EXIT INT TERM
 fail=0
 
 find_dynamo
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) printf "%.4f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 MD="$OUT/floor.md.tmp"
 rev=$(git rev-parse --short HEAD 2>/dev/null || echo '?')
