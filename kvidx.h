@@ -44,6 +44,12 @@
  *   KVIDX_DEFER_FREE_MIN  with cfg.flags KVIDX_F_DEFER_FREE: blocks of at least
  *                         this many bytes wait for kvidx_reclaim (default
  *                         65536; at least 64).  Smaller ones are freed at once.
+ *   KVIDX_TEST_WALK(ix, step, blocks)  test-only: called by the query walk
+ *                         at each child-map probe (step 0, blocks 0) and
+ *                         each run it reads (step 1: the run a probe found,
+ *                         2: the run a hint named; blocks: how many of the
+ *                         run's blocks the query matched).  kvidx-bench
+ *                         --walk-floor counts them in a copy of its own.
  *   KVIDX_TEST_GEN_STEP   test-only: how far each slot assignment advances the
  *                         64-bit slot generation (default 1).
  *   KVIDX_TEST_HOOK(ix, where)  test-only: called inside writer critical
@@ -299,7 +305,8 @@
  *          table drains at least 1,024 places per call that grows or
  *          shrinks it (kvidx__drain_step; W16 C16384 events 0.86x-0.93x
  *          the time), and moves its places with no branch on whether each
- *          is used (0.92x-0.94x more).
+ *          is used (0.92x-0.94x more).  KVIDX_TEST_WALK: a test hook on
+ *          the query walk's steps (kvidx-bench --walk-floor).
  *   0.1.0  first release: hashing, reference model, radix and positional
  *          indexes, caller-buffer mode, seqlock reader path, event ids,
  *          storage tiers, eviction policies and TTL mode, dumps and binary
@@ -689,6 +696,9 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
 #endif
 #ifndef KVIDX_TEST_HOOK
 #define KVIDX_TEST_HOOK(ix, where) ((void)0)
+#endif
+#ifndef KVIDX_TEST_WALK /* test-only: the query walk's steps (see OPTIONS) */
+#define KVIDX_TEST_WALK(ix, step, blocks) ((void)0)
 #endif
 #ifndef KVIDX_TEST_GEN_STEP /* test-only: slot generations advance by this much */
 #define KVIDX_TEST_GEN_STEP 1u
@@ -3399,6 +3409,7 @@ KVIDX__PRIV uint32_t kvidx__child_probe(const kvidx *cix, kvidx__rctx *rc, uint3
   kvidx *ix = KVIDX__MUT(cix);
   uint64_t key[2], h;
   uint32_t tries;
+  KVIDX_TEST_WALK(cix, 0, 0);
   kvidx__child_key(key, r, off, local);
   h = kvidx__key_hash(ix->seed, key, 2);
   for (tries = 0; tries < rc->max_tries; tries++) {
@@ -3592,6 +3603,7 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
       kvidx__fence_acq();
       if (kvidx__ld(&rn->ver) == v1) ok = 1;
     }
+    if (ok == 1) KVIDX_TEST_WALK(cix, hinted ? 2 : 1, m);
     if (ok != 1 || m == 0) {
       if (hinted) { /* the hint did not check out: ask the child map */
         hinted = 0;

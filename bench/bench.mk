@@ -12,22 +12,22 @@
 # Tool help: build/kvidx-bench --help.  Docs: bench/README.md.
 
 BENCH_TRACE  ?= bench/data/mooncake_conversation_trace.jsonl.gz
-BENCH_SRC    := bench/kvidx-bench.c
+BENCH_SRC    := bench/kvidx-bench.c bench/walk_floor.c
 BENCH_CFLAGS ?= $(CFLAGS_BASE)
 BENCH_LIBS   := $(PTHREAD) -lm
 
 .PHONY: bench demo-bench test-bench bench-dynamo bench-dynamo-keep bench-floor bench-growth
 
-$(BUILD)/kvidx-bench: $(BENCH_SRC) kvidx.h | deps
+$(BUILD)/kvidx-bench: $(BENCH_SRC) bench/walk_floor.h kvidx.h | deps
 	@mkdir -p $(BUILD)
 	$(CC) $(BENCH_CFLAGS) -o $@ $(BENCH_SRC) $(BENCH_LIBS)
 
 # variants compiled by test-bench: clang, and a KVIDX_NO_THREADS build
-$(BUILD)/kvidx-bench-clang: $(BENCH_SRC) kvidx.h | deps
+$(BUILD)/kvidx-bench-clang: $(BENCH_SRC) bench/walk_floor.h kvidx.h | deps
 	@mkdir -p $(BUILD)
 	$(CLANG) $(CFLAGS_BASE) -o $@ $(BENCH_SRC) $(BENCH_LIBS)
 
-$(BUILD)/kvidx-bench-nothreads: $(BENCH_SRC) kvidx.h | deps
+$(BUILD)/kvidx-bench-nothreads: $(BENCH_SRC) bench/walk_floor.h kvidx.h | deps
 	@mkdir -p $(BUILD)
 	$(CC) $(CFLAGS_BASE) -DKVIDX_NO_THREADS -o $@ $(BENCH_SRC) -lm
 

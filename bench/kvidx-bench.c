@@ -37,6 +37,7 @@
 #define KVIDX_IMPLEMENTATION
 #endif
 #include "kvidx.h"
+#include "walk_floor.h"
 
 #ifndef KVIDX_NO_THREADS
 #include <pthread.h>
@@ -375,6 +376,7 @@ typedef struct {
   int replay_reps;          /* --time REPS */
   int no_event_buffers;     /* --no-event-buffers */
   int seq_floor;            /* --seq-floor */
+  int walk_floor;           /* --walk-floor */
   const char *expect;       /* --expect ANSWERS */
   int growth;               /* --growth */
   size_t growth_blocks;
@@ -2209,6 +2211,120 @@ static double bare_probe_ns(size_t tables, uint64_t places, uint64_t ops) {
   return ns[1];
 }
 
+/* The machine's dependent-load latency over `bytes` of memory: one 8-byte
+ * word per 64-byte line, the lines chained in one random cycle, each load's
+ * address the value of the one before (a pointer chase, no prefetch can
+ * help).  ns per load over up to 2^20 loads after 2^14 to warm up. */
+static volatile uint64_t chase_sink;
+static double chase_ns(size_t bytes) {
+  size_t lines = bytes / 64 > 1024 ? bytes / 64 : 1024, steps = lines < ((size_t)1 << 20) ? lines : (size_t)1 << 20;
+  uint64_t *mem = xcalloc(lines, 64), x = 0x2545F4914F6CDD1Dull, at = 0;
+  uint32_t *order = xcalloc(lines, sizeof *order);
+  for (size_t i = 0; i < lines; i++) order[i] = (uint32_t)i;
+  for (size_t i = lines - 1; i > 0; i--) { /* Fisher-Yates: the cycle's order */
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    size_t j = (size_t)(x % (i + 1));
+    uint32_t t = order[i];
+    order[i] = order[j], order[j] = t;
+  }
+  for (size_t i = 0; i < lines; i++) mem[(size_t)order[i] * 8] = (uint64_t)order[(i + 1) % lines] * 8;
+  free(order);
+  for (size_t i = 0; i < ((size_t)1 << 14); i++) at = mem[at];
+  uint64_t t0 = now_ns();
+  for (size_t i = 0; i < steps; i++) at = mem[at];
+  double ns = (double)(now_ns() - t0) / (double)steps;
+  chase_sink = at;
+  free(mem);
+  return ns;
+}
+
+/* --replay FILE --walk-floor [--time REPS]: what the slowest queries do.
+ * REPS timed replays run kvidx as built (the median repetition's
+ * latencies, as --time); one more replays the file through the copy in
+ * bench/walk_floor.c, whose walk counts each query's dependent steps:
+ * child-map probes, and runs read (found by a probe, or named by the hint
+ * of the run before).  Each step's address comes from the step before it,
+ * so without prefetching ahead a query takes at least about its steps x
+ * the machine's latency for a load that misses every cache (miss_ns: a
+ * pointer chase over 64 MiB, or the index's peak if larger; the event
+ * lines between two queries push even a small index out of cache).
+ * Printed for the queries at or above p99 (the median latency and mean
+ * counts of those: the slowest 1%) and for all (means). */
+static int run_walk_floor(const efile_t *E, int kind, int reps, kvidx_score *sc, size_t cap) {
+  const walk_floor_api *wf = walk_floor_copy();
+  frep_t *rs = xcalloc((size_t)reps, sizeof *rs);
+  walk_count *wc = xcalloc(E->nq + 1, sizeof *wc);
+  uint64_t *lat = xcalloc(E->nq + 1, sizeof *lat), *sorted = xcalloc(E->nq + 1, sizeof *sorted);
+  uint64_t cs = 0, errs = 0;
+  kvidx_config cfg;
+  kvidx_stats st;
+  kvidx *ix = NULL;
+  size_t q = 0;
+  if (kind == KVIDX_REFERENCE) die("--walk-floor: the reference kind has no walk");
+  for (int r = 0; r < reps; r++) {
+    rs[r].lat = xcalloc(E->nq + 1, sizeof *rs[r].lat);
+    replay_file_rep(E, kind, 1, 1, &rs[r], sc, cap);
+  }
+  qsort(rs, (size_t)reps, sizeof *rs, cmp_frep);
+  memcpy(lat, rs[reps / 2].lat, E->nq * sizeof *lat);
+  memset(&cfg, 0, sizeof cfg);
+  cfg.kind = kind;
+  if (wf->create(&ix, &cfg) != KVIDX_OK) die("--walk-floor: the counting copy's kvidx_create failed");
+  for (size_t i = 0; i < E->nops; i++) {
+    const op_t *op = &E->ops[i];
+    uint64_t wid = E->wid[op->worker];
+    if (op->type == OP_QUERY) {
+      size_t m = wf->find(ix, E->words + op->off, op->n, sc, cap, &wc[q++]);
+      if (m > cap) m = cap;
+      for (size_t j = 0; j < m; j++) cs += sc[j].depth;
+    } else if (op->type == OP_STORE) {
+      errs += wf->store(ix, wid, 0, op->has_parent ? &op->parent : NULL, E->blocks + op->off, op->n) != KVIDX_OK;
+    } else if (op->type == OP_REMOVE) {
+      errs += wf->remove(ix, wid, 0, E->words + op->off, op->n) != KVIDX_OK;
+    } else {
+      errs += wf->clear(ix, wid, 0) != KVIDX_OK;
+    }
+  }
+  if (wf->stats(ix, &st) != KVIDX_OK) die("--walk-floor: kvidx_get_stats failed");
+  wf->destroy(ix);
+  if (cs != rs[0].checksum || errs != rs[0].errors)
+    die("--walk-floor: the counting copy answered differently (checksum %" PRIu64 " vs %" PRIu64 ")", cs,
+        rs[0].checksum);
+  memcpy(sorted, lat, E->nq * sizeof *sorted);
+  qsort(sorted, E->nq, sizeof *sorted, cmp_u64);
+  uint64_t p50 = pct_permille(sorted, E->nq, 500), p99 = pct_permille(sorted, E->nq, 990);
+  size_t chase_bytes = st.peak_bytes > ((size_t)64 << 20) ? st.peak_bytes : (size_t)64 << 20;
+  double chase = chase_ns(chase_bytes);
+  /* sums over [0] every query, [1] the queries at or above p99 */
+  double n[2] = {0, 0}, ns[2] = {0, 0}, probes[2] = {0, 0}, probed[2] = {0, 0}, hinted[2] = {0, 0}, blocks[2] = {0, 0};
+  for (size_t i = 0; i < E->nq; i++)
+    for (int k = 0; k < 2; k++) {
+      if (k && lat[i] < p99) continue;
+      n[k]++, ns[k] += (double)lat[i], probes[k] += wc[i].probes, probed[k] += wc[i].runs_probed;
+      hinted[k] += wc[i].runs_hinted, blocks[k] += (double)wc[i].blocks;
+    }
+  for (int k = 0; k < 2; k++)
+    if (n[k]) ns[k] /= n[k], probes[k] /= n[k], probed[k] /= n[k], hinted[k] /= n[k], blocks[k] /= n[k];
+  /* the slowest 1%'s latency: their median (a preempted call would drag a mean) */
+  {
+    size_t from = 0;
+    while (from < E->nq && sorted[from] < p99) from++;
+    ns[1] = from < E->nq ? (double)sorted[from + (E->nq - from) / 2] : 0;
+  }
+  double steps = probes[1] + probed[1] + hinted[1];
+  printf("walk_floor backend=kvidx-%s queries=%zu p50_ns=%" PRIu64 " p99_ns=%" PRIu64 " index_peak_bytes=%zu"
+         " miss_bytes=%zu miss_ns=%.1f slow_queries=%.0f slow_ns=%.0f slow_probes=%.2f slow_runs_probed=%.2f"
+         " slow_runs_hinted=%.2f slow_blocks=%.1f slow_steps=%.2f slow_ns_per_step=%.1f"
+         " slow_steps_x_miss_ns=%.0f all_ns=%.0f all_probes=%.2f all_runs_probed=%.2f all_runs_hinted=%.2f"
+         " all_blocks=%.1f checksum=%" PRIu64 " apply_errors=%" PRIu64 "\n",
+         kind_name(kind), E->nq, p50, p99, st.peak_bytes, chase_bytes, chase, n[1], ns[1], probes[1], probed[1], hinted[1],
+         blocks[1], steps, steps > 0 ? ns[1] / steps : 0.0, steps * chase, ns[0], probes[0], probed[0], hinted[0],
+         blocks[0], cs, errs);
+  for (int r = 0; r < reps; r++) free(rs[r].lat);
+  free(rs), free(wc), free(lat), free(sorted);
+  return errs != 0;
+}
+
 /* --replay FILE --seq-floor [--time REPS]: REPS repetitions, the two
  * replays alternating which goes first; medians and the median ratio. */
 static int run_seq_floor(const efile_t *E, int kind, int reps) {
@@ -2336,6 +2452,8 @@ static int run_replay(const opts_t *o) {
   int fail = 0;
   if (o->seq_floor) {
     fail = run_seq_floor(&E, kind, o->replay_reps ? o->replay_reps : 5);
+  } else if (o->walk_floor) {
+    fail = run_walk_floor(&E, kind, o->replay_reps ? o->replay_reps : 5, sc, cap);
   } else if (o->replay_reps) {
     int reps = o->replay_reps;
     frep_t *rs = xcalloc((size_t)reps, sizeof *rs);
@@ -2813,6 +2931,9 @@ static void usage(void) {
       "  --expect ANSWERS    with --replay: compare each query's line to ANSWERS (exit 1 if any differ)\n"
       "  --seq-floor         with --replay [--time REPS (5)]: the S/R/C lines through kvidx and\n"
       "                      through the worker seq tables alone (kvidx's map code), medians\n"
+      "  --walk-floor        with --replay [--time REPS (5)]: the slowest 1%% of queries' walk\n"
+      "                      steps (child-map probes, runs read) beside the machine's\n"
+      "                      latency for a load that misses every cache (miss_ns)\n"
       "growth and scaling (threads):\n"
       "  --growth            grow one index to --growth-blocks (4194304) held blocks by\n"
       "                      --growth-workers (256) workers, --growth-len (64) blocks per store,\n"
@@ -2917,6 +3038,7 @@ int main(int argc, char **argv) {
     else if (IS("--replay")) o.replay = str_arg(argc, argv, &i);
     else if (IS("--no-event-buffers")) o.no_event_buffers = 1;
     else if (IS("--seq-floor")) o.seq_floor = 1;
+    else if (IS("--walk-floor")) o.walk_floor = 1;
     else if (IS("--kind")) o.replay_kind = o.conc_kind = parse_kind(str_arg(argc, argv, &i));
     else if (IS("--time")) {
       o.replay_reps = (int)num_arg(argc, argv, &i);

@@ -7,7 +7,8 @@
 #      no apply errors;
 #   4. per-query answers: radix and reference equal positional's (--expect);
 #   5. malformed event files are rejected;
-#   6. --seq-floor runs and its seq tables end as full as the index.
+#   6. --seq-floor runs and its seq tables end as full as the index;
+#   7. --walk-floor's counting copy answers as kvidx does and counts steps.
 # Usage: test_events.sh BENCH_BIN DIR WORKLOAD_FLAGS...
 set -u
 b=$1 dir=$2
@@ -60,4 +61,12 @@ for ev in "$f" "$bad"; do
     *) echo "--seq-floor on $ev: unexpected line: $l"; exit 1 ;;
   esac
 done
+# --walk-floor: the counting copy answers as kvidx does (the mode dies
+# otherwise), and its walk counted: every query probes the child map at
+# least once (the root), and the slowest read runs
+l=$("$b" --replay "$f" --walk-floor --time 1 2>&1) || { echo "--walk-floor failed: $l"; exit 1; }
+printf '%s\n' "$l" | awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
+  END { ok = v["all_probes"] >= 1 && v["slow_runs_probed"] + v["slow_runs_hinted"] > 0 && v["miss_ns"] > 0 &&
+          v["slow_queries"] >= 1 && v["apply_errors"] == "0"; exit !ok }' || { echo "--walk-floor: unexpected line: $l"; exit 1; }
+if "$b" --replay "$f" --walk-floor --kind reference --time 1 >/dev/null 2>&1; then echo "--walk-floor accepted the reference kind"; exit 1; fi
 echo "event file round trip: ok (score sum $want)"
