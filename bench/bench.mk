@@ -6,7 +6,8 @@
 #   make bench-dynamo side by side with Dynamo's indexers (dynamo-replay) on the
 #                     same event files -> bench/results/dynamo.md (a few minutes)
 #   make bench-floor  the worker seq tables' share of the event lines and what the
-#                     2x-arena_c target leaves -> bench/results/floor.md (4-5 minutes)
+#                     2x-arena_c target leaves; the slowest queries' walk steps
+#                     -> bench/results/floor.md (4-5 minutes)
 #   make bench-growth growth latency to 4M blocks + writer scaling -> bench/results/growth.md
 #   make test-bench   smoke test: kinds must agree on every score (< 30 s)
 # Tool help: build/kvidx-bench --help.  Docs: bench/README.md.
@@ -45,7 +46,8 @@ bench-dynamo-keep: $(BUILD)/kvidx-bench
 	@HEAP=keep sh bench/run_dynamo.sh $(BUILD)/kvidx-bench $(BENCH_TRACE) bench/results
 
 # The worker seq tables' share of the event lines, and the event time the
-# 2x-arena_c target leaves (issue 12) -> bench/results/floor.md.
+# 2x-arena_c target leaves (issue 12); the slowest 1% of queries' dependent
+# walk steps beside the machine's cache-miss latency -> bench/results/floor.md.
 bench-floor: $(BUILD)/kvidx-bench
 	@sh bench/run_floor.sh $(BUILD)/kvidx-bench $(BENCH_TRACE) bench/results
 

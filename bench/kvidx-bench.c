@@ -2240,7 +2240,7 @@ static double chase_ns(size_t bytes) {
 
 /* --replay FILE --walk-floor [--time REPS]: what the slowest queries do.
  * REPS timed replays run kvidx as built (the median repetition's
- * latencies, as --time); one more replays the file through the copy in
+ * latencies, secs and query_secs, as --time); one more replays the file through the copy in
  * bench/walk_floor.c, whose walk counts each query's dependent steps:
  * child-map probes, and runs read (found by a probe, or named by the hint
  * of the run before).  Each step's address comes from the step before it,
@@ -2267,6 +2267,8 @@ static int run_walk_floor(const efile_t *E, int kind, int reps, kvidx_score *sc,
   }
   qsort(rs, (size_t)reps, sizeof *rs, cmp_frep);
   memcpy(lat, rs[reps / 2].lat, E->nq * sizeof *lat);
+  uint64_t qns = 0; /* the median repetition's find_matches calls, summed, as --time's query_secs */
+  for (size_t i = 0; i < E->nq; i++) qns += lat[i];
   memset(&cfg, 0, sizeof cfg);
   cfg.kind = kind;
   if (wf->create(&ix, &cfg) != KVIDX_OK) die("--walk-floor: the counting copy's kvidx_create failed");
@@ -2316,10 +2318,10 @@ static int run_walk_floor(const efile_t *E, int kind, int reps, kvidx_score *sc,
          " miss_bytes=%zu miss_ns=%.1f slow_queries=%.0f slow_ns=%.0f slow_probes=%.2f slow_runs_probed=%.2f"
          " slow_runs_hinted=%.2f slow_blocks=%.1f slow_steps=%.2f slow_ns_per_step=%.1f"
          " slow_steps_x_miss_ns=%.0f all_ns=%.0f all_probes=%.2f all_runs_probed=%.2f all_runs_hinted=%.2f"
-         " all_blocks=%.1f checksum=%" PRIu64 " apply_errors=%" PRIu64 "\n",
+         " all_blocks=%.1f secs=%.4f query_secs=%.4f checksum=%" PRIu64 " apply_errors=%" PRIu64 "\n",
          kind_name(kind), E->nq, p50, p99, st.peak_bytes, chase_bytes, chase, n[1], ns[1], probes[1], probed[1], hinted[1],
          blocks[1], steps, steps > 0 ? ns[1] / steps : 0.0, steps * chase, ns[0], probes[0], probed[0], hinted[0],
-         blocks[0], cs, errs);
+         blocks[0], rs[reps / 2].secs, (double)qns / 1e9, cs, errs);
   for (int r = 0; r < reps; r++) free(rs[r].lat);
   free(rs), free(wc), free(lat), free(sorted);
   return errs != 0;

@@ -1,10 +1,13 @@
 #!/bin/sh
 # `make bench-floor`: how much of the event lines' time is the worker seq
-# tables' work, and what that leaves for the 2x-arena_c target of issue 12.
+# tables' work, and what that leaves for the 2x-arena_c target of issue 12;
+# and how many dependent steps the slowest queries walk (the p99 targets).
 # For each mock-engine configuration (the files of `make bench-dynamo`):
 #   1. kvidx-bench --write-events FILE, and FILE without its Q lines;
-#   2. per round (ROUNDS, interleaved): kvidx-bench --replay FILE --time REPS
-#      (the whole file), dynamo-replay FILE arena_c and dynamo-replay on the
+#   2. per round (ROUNDS, interleaved): kvidx-bench --replay FILE --walk-floor
+#      --time REPS (the whole file, timed as --time does, then the slowest
+#      1% of queries' walk steps: see --walk-floor in kvidx-bench.c),
+#      dynamo-replay FILE arena_c and dynamo-replay on the
 #      file without queries (when ../shared/anchors/dynamo exists), and
 #      kvidx-bench --replay FILE --seq-floor --time REPS (the S/R/C lines
 #      through kvidx, and through the seq tables alone: see --seq-floor in
@@ -14,7 +17,9 @@
 #      kvidx may take to be 2x arena_c on the whole file (arena_c's whole
 #      file / 2 minus kvidx's queries), and the
 #      seq tables' time against it; the seq tables' ns per operation beside
-#      --seq-floor's bare probe of tables as large (the machine's floor).
+#      --seq-floor's bare probe of tables as large (the machine's floor);
+#      p99 beside arena_c's, and the slowest 1%'s steps beside the machine's
+#      cache-miss latency.
 # Writes $OUT/floor.md.  Usage: run_floor.sh BENCH_BIN TRACE OUT_DIR
 # Environment: REPS (9), ROUNDS (3), DYNAMO_ANCHOR (../shared/anchors/dynamo),
 # CONFIGS (lines "label|kvidx-bench workload flags").
@@ -38,7 +43,7 @@ MD="$OUT/floor.md.tmp"
 rev=$(git rev-parse --short HEAD 2>/dev/null || echo '?')
 cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //')
 {
-  echo "# The seq tables' floor"
+  echo "# The floors: the seq tables and the query walk"
   echo
   echo "Made by \`make bench-floor\` (bench/run_floor.sh; REPS=$REPS, ROUNDS=$ROUNDS) on $(date -u '+%Y-%m-%d %H:%M UTC'), git $rev."
   echo
@@ -47,7 +52,8 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //')
   echo "- Every figure is seconds for one replay: the median of $REPS repetitions in one process,"
   echo "  then the median of $ROUNDS interleaved rounds.  Event files and tools as in dynamo.md;"
   echo "  glibc malloc with default settings in both tools."
-  echo "- whole: \`$BIN --replay FILE --time $REPS\` and \`dynamo-replay FILE arena_c --time $REPS\`."
+  echo "- whole: \`$BIN --replay FILE --walk-floor --time $REPS\` (timed as \`--time\`) and"
+  echo "  \`dynamo-replay FILE arena_c --time $REPS\`."
   echo "  events: the same without the Q lines (\`--seq-floor\`'s first replay; dynamo-replay on"
   echo "  the file without Q lines).  seq tables: \`--seq-floor\`'s second replay, the S/R/C"
   echo "  lines through the worker seq tables alone (kvidx's map code, used as its stores and"
@@ -68,18 +74,22 @@ printf '%s\n' "$CONFIGS" | while IFS='|' read -r label flags; do
   "$BIN" -q --trace "$TRACE" $flags --write-events "$f" </dev/null || { echo "!!! $label: write failed"; echo FAIL >>"$TMP/fail"; continue; }
   grep -v '^Q' "$f" >"$nq"
   : >"$TMP/kw"; : >"$TMP/kq"; : >"$TMP/ke"; : >"$TMP/ks"; : >"$TMP/aw"; : >"$TMP/ae"; : >"$TMP/kn"; : >"$TMP/bn"
+  for k in p99 ap99 sp sr sh sb sns mns; do : >"$TMP/w$k"; done
   r=0
   while [ $r -lt "$ROUNDS" ]; do
     r=$((r + 1))
-    l=$("$BIN" --replay "$f" --time "$REPS" 2>/dev/null </dev/null) || { echo "!!! kvidx replay failed"; echo FAIL >>"$TMP/fail"; }
+    l=$("$BIN" --replay "$f" --walk-floor --time "$REPS" 2>&1 </dev/null) || { echo "!!! kvidx --walk-floor failed: $l"; echo FAIL >>"$TMP/fail"; }
     echo "$l"; field "$l" secs >>"$TMP/kw"; field "$l" query_secs >>"$TMP/kq"
+    field "$l" p99_ns >>"$TMP/wp99"; field "$l" slow_probes >>"$TMP/wsp"; field "$l" slow_runs_probed >>"$TMP/wsr"
+    field "$l" slow_runs_hinted >>"$TMP/wsh"; field "$l" slow_blocks >>"$TMP/wsb"; field "$l" slow_ns >>"$TMP/wsns"
+    field "$l" miss_ns >>"$TMP/wmns"
     l=$("$BIN" --replay "$f" --seq-floor --time "$REPS" 2>&1 </dev/null) || { echo "!!! kvidx --seq-floor failed: $l"; echo FAIL >>"$TMP/fail"; }
     echo "$l"; field "$l" events_secs >>"$TMP/ke"; field "$l" seq_tables_secs >>"$TMP/ks"
     field "$l" seq_ns_per_op >>"$TMP/kn"; field "$l" bare_probe_ns >>"$TMP/bn"
     bare="$(field "$l" bare_tables) x $(field "$l" bare_places)"
     if [ -n "$DYN" ]; then
       l=$("$DYN" "$f" arena_c --time "$REPS" 2>/dev/null </dev/null) || { echo "!!! dynamo arena_c failed"; echo FAIL >>"$TMP/fail"; }
-      echo "$l"; field "$l" secs >>"$TMP/aw"
+      echo "$l"; field "$l" secs >>"$TMP/aw"; field "$l" p99_ns >>"$TMP/wap99"
       l=$("$DYN" "$nq" arena_c --time "$REPS" 2>/dev/null </dev/null) || { echo "!!! dynamo arena_c (no queries) failed"; echo FAIL >>"$TMP/fail"; }
       echo "$l"; field "$l" secs >>"$TMP/ae"
     fi
@@ -87,6 +97,9 @@ printf '%s\n' "$CONFIGS" | while IFS='|' read -r label flags; do
   printf '%s|%s|%s|%s|%s|%s|%s|%s|%s|%s\n' "$label" "$(median <"$TMP/kw")" "$(median <"$TMP/ke")" "$(median <"$TMP/ks")" \
     "$(median <"$TMP/aw")" "$(median <"$TMP/ae")" "$(median <"$TMP/kn")" "$(median <"$TMP/bn")" "$bare" \
     "$(median <"$TMP/kq")" >>"$ROWS"
+  printf '%s|%s|%s|%s|%s|%s|%s|%s|%s\n' "$label" "$(median <"$TMP/wp99")" "$(median <"$TMP/wap99")" \
+    "$(median <"$TMP/wsp")" "$(median <"$TMP/wsr")" "$(median <"$TMP/wsh")" "$(median <"$TMP/wsb")" \
+    "$(median <"$TMP/wsns")" "$(median <"$TMP/wmns")" >>"$TMP/walk"
 done
 
 {
@@ -111,6 +124,23 @@ done
   echo
   echo "seq tables / events for 2x >= 1: with a seq table per worker as fast as kvidx's, the 2x target"
   echo "is out of reach on that file whatever the rest of the event path costs."
+  echo
+  echo "## The query walk"
+  echo
+  echo "| file | p99 µs | arena_c p99 µs | slowest 1%: probes / runs probed / runs hinted | steps | blocks matched | µs | ns per step | miss ns | steps x miss µs |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  [ -s "$TMP/walk" ] && awk -F'|' '{
+    st = $4 + $5 + $6
+    printf "| %s | %.2f | %s | %.1f / %.1f / %.1f | %.1f | %.0f | %.2f | %.0f | %.0f | %.2f |\n", $1, $2 / 1000,
+      ($3 == "" ? "-" : sprintf("%.2f", $3 / 1000)), $4, $5, $6, st, $7, $8 / 1000, (st > 0 ? $8 / st : 0), $9, st * $9 / 1000
+  }' "$TMP/walk"
+  echo
+  echo "From \`--walk-floor\`: the queries at or above p99 in the median repetition (their median latency,"
+  echo "mean counts), counted by a private copy of kvidx whose walk reports each step (bench/walk_floor.c)."
+  echo "A step is a child-map probe or a run read; each step's address comes from the one before it."
+  echo "miss ns: a load that misses every cache (a pointer chase over 64 MiB or the index's peak if larger)."
+  echo "A walk takes about steps x miss ns unless its prefetches run ahead; p99 <= 1 µs at miss ns"
+  echo "allows about 1000 / miss ns steps' worth of misses."
   [ -n "$DYN" ] || echo "(no dynamo-replay: $ANCHOR not found or not built; kvidx columns only)"
 } >>"$MD"
 [ -s "$TMP/fail" ] && fail=1
