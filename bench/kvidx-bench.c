@@ -2274,7 +2274,7 @@ static int run_walk_floor(const efile_t *E, int kind, int reps, kvidx_score *sc,
   if (wf->create(&ix, &cfg) != KVIDX_OK) die("--walk-floor: the counting copy's kvidx_create failed");
   for (size_t i = 0; i < E->nops; i++) {
     const op_t *op = &E->ops[i];
-    uint64_t wid = E->wid[op->worker];
+    uint64_t wid = op->type == OP_QUERY ? 0 : E->wid[op->worker]; /* a file of queries alone has no workers */
     if (op->type == OP_QUERY) {
       size_t m = wf->find(ix, E->words + op->off, op->n, sc, cap, &wc[q++]);
       if (m > cap) m = cap;

@@ -69,4 +69,6 @@ printf '%s\n' "$l" | awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv
   END { ok = v["all_probes"] >= 1 && v["slow_runs_probed"] + v["slow_runs_hinted"] > 0 && v["miss_ns"] > 0 &&
           v["slow_queries"] >= 1 && v["apply_errors"] == "0"; exit !ok }' || { echo "--walk-floor: unexpected line: $l"; exit 1; }
 if "$b" --replay "$f" --walk-floor --kind reference --time 1 >/dev/null 2>&1; then echo "--walk-floor accepted the reference kind"; exit 1; fi
+grep '^Q' "$f" >"$dir/test-queries.ev" # queries alone: a file with no workers
+l=$("$b" --replay "$dir/test-queries.ev" --walk-floor --time 1 2>&1) || { echo "--walk-floor on queries alone failed: $l"; exit 1; }
 echo "event file round trip: ok (score sum $want)"
