@@ -2075,6 +2075,29 @@ static void replay_file_rep(const efile_t *E, int kind, int event_buffers, int q
   r->checksum = cs, r->errors = errs;
 }
 
+/* REPS timed replays (replay_file_rep, queries timed), sorted by time: the
+ * median one is [reps / 2].  Every repetition must give the same answers.
+ * *query_secs: the median repetition's find_matches calls, summed. */
+static frep_t *timed_reps(const efile_t *E, int kind, int event_buffers, int reps, kvidx_score *sc, size_t cap,
+                          double *query_secs) {
+  frep_t *rs = xcalloc((size_t)reps, sizeof *rs);
+  uint64_t qns = 0;
+  for (int i = 0; i < reps; i++) {
+    rs[i].lat = xcalloc(E->nq + 1, sizeof *rs[i].lat);
+    replay_file_rep(E, kind, event_buffers, 1, &rs[i], sc, cap);
+    if (rs[i].checksum != rs[0].checksum) die("kvidx-%s: checksum differs between repetitions", kind_name(kind));
+  }
+  qsort(rs, (size_t)reps, sizeof *rs, cmp_frep);
+  for (size_t i = 0; i < E->nq; i++) qns += rs[reps / 2].lat[i];
+  *query_secs = (double)qns / 1e9;
+  return rs;
+}
+
+static void free_reps(frep_t *rs, int reps) {
+  for (int i = 0; i < reps; i++) free(rs[i].lat);
+  free(rs);
+}
+
 /* --seq-floor: the worker seq tables' share of the event lines.  Every
  * design that keeps, per worker, a map from each held engine seq to its
  * position (kvidx, Dynamo's arena_c, the plain design of
@@ -2252,7 +2275,7 @@ static double chase_ns(size_t bytes) {
  * counts of those: the slowest 1%) and for all (means). */
 static int run_walk_floor(const efile_t *E, int kind, int reps, kvidx_score *sc, size_t cap) {
   const walk_floor_api *wf = walk_floor_copy();
-  frep_t *rs = xcalloc((size_t)reps, sizeof *rs);
+  frep_t *rs;
   walk_count *wc = xcalloc(E->nq + 1, sizeof *wc);
   uint64_t *lat = xcalloc(E->nq + 1, sizeof *lat), *sorted = xcalloc(E->nq + 1, sizeof *sorted);
   uint64_t cs = 0, errs = 0;
@@ -2260,15 +2283,10 @@ static int run_walk_floor(const efile_t *E, int kind, int reps, kvidx_score *sc,
   kvidx_stats st;
   kvidx *ix = NULL;
   size_t q = 0;
+  double query_secs;
   if (kind == KVIDX_REFERENCE) die("--walk-floor: the reference kind has no walk");
-  for (int r = 0; r < reps; r++) {
-    rs[r].lat = xcalloc(E->nq + 1, sizeof *rs[r].lat);
-    replay_file_rep(E, kind, 1, 1, &rs[r], sc, cap);
-  }
-  qsort(rs, (size_t)reps, sizeof *rs, cmp_frep);
+  rs = timed_reps(E, kind, 1, reps, sc, cap, &query_secs);
   memcpy(lat, rs[reps / 2].lat, E->nq * sizeof *lat);
-  uint64_t qns = 0; /* the median repetition's find_matches calls, summed, as --time's query_secs */
-  for (size_t i = 0; i < E->nq; i++) qns += lat[i];
   memset(&cfg, 0, sizeof cfg);
   cfg.kind = kind;
   if (wf->create(&ix, &cfg) != KVIDX_OK) die("--walk-floor: the counting copy's kvidx_create failed");
@@ -2297,17 +2315,17 @@ static int run_walk_floor(const efile_t *E, int kind, int reps, kvidx_score *sc,
   uint64_t p50 = pct_permille(sorted, E->nq, 500), p99 = pct_permille(sorted, E->nq, 990);
   size_t chase_bytes = st.peak_bytes > ((size_t)64 << 20) ? st.peak_bytes : (size_t)64 << 20;
   double chase = chase_ns(chase_bytes);
-  /* sums over [0] every query, [1] the queries at or above p99 */
+  /* sums over [0] every query, [1] the queries at or above p99 (their
+   * latency: the median, below; a preempted call would drag a mean) */
   double n[2] = {0, 0}, ns[2] = {0, 0}, probes[2] = {0, 0}, probed[2] = {0, 0}, hinted[2] = {0, 0}, blocks[2] = {0, 0};
   for (size_t i = 0; i < E->nq; i++)
     for (int k = 0; k < 2; k++) {
       if (k && lat[i] < p99) continue;
-      n[k]++, ns[k] += (double)lat[i], probes[k] += wc[i].probes, probed[k] += wc[i].runs_probed;
+      n[k]++, ns[k] += k ? 0 : (double)lat[i], probes[k] += wc[i].probes, probed[k] += wc[i].runs_probed;
       hinted[k] += wc[i].runs_hinted, blocks[k] += (double)wc[i].blocks;
     }
   for (int k = 0; k < 2; k++)
     if (n[k]) ns[k] /= n[k], probes[k] /= n[k], probed[k] /= n[k], hinted[k] /= n[k], blocks[k] /= n[k];
-  /* the slowest 1%'s latency: their median (a preempted call would drag a mean) */
   {
     size_t from = 0;
     while (from < E->nq && sorted[from] < p99) from++;
@@ -2321,9 +2339,9 @@ static int run_walk_floor(const efile_t *E, int kind, int reps, kvidx_score *sc,
          " all_blocks=%.1f secs=%.4f query_secs=%.4f checksum=%" PRIu64 " apply_errors=%" PRIu64 "\n",
          kind_name(kind), E->nq, p50, p99, st.peak_bytes, chase_bytes, chase, n[1], ns[1], probes[1], probed[1], hinted[1],
          blocks[1], steps, steps > 0 ? ns[1] / steps : 0.0, steps * chase, ns[0], probes[0], probed[0], hinted[0],
-         blocks[0], rs[reps / 2].secs, (double)qns / 1e9, cs, errs);
-  for (int r = 0; r < reps; r++) free(rs[r].lat);
-  free(rs), free(wc), free(lat), free(sorted);
+         blocks[0], rs[reps / 2].secs, query_secs, cs, errs);
+  free_reps(rs, reps);
+  free(wc), free(lat), free(sorted);
   return errs != 0;
 }
 
@@ -2458,16 +2476,9 @@ static int run_replay(const opts_t *o) {
     fail = run_walk_floor(&E, kind, o->replay_reps ? o->replay_reps : 5, sc, cap);
   } else if (o->replay_reps) {
     int reps = o->replay_reps;
-    frep_t *rs = xcalloc((size_t)reps, sizeof *rs);
-    for (int i = 0; i < reps; i++) {
-      rs[i].lat = xcalloc(E.nq + 1, sizeof *rs[i].lat);
-      replay_file_rep(&E, kind, !o->no_event_buffers, 1, &rs[i], sc, cap);
-      if (rs[i].checksum != rs[0].checksum) die("%s: checksum differs between repetitions", name);
-    }
-    qsort(rs, (size_t)reps, sizeof *rs, cmp_frep);
+    double query_secs;
+    frep_t *rs = timed_reps(&E, kind, !o->no_event_buffers, reps, sc, cap, &query_secs);
     frep_t *med = &rs[reps / 2];
-    uint64_t qns = 0; /* the median repetition's find_matches calls, summed (each timed on its own) */
-    for (size_t i = 0; i < E.nq; i++) qns += med->lat[i];
     qsort(med->lat, E.nq, sizeof *med->lat, cmp_u64);
     /* memory, from one more (untimed) replay: kvidx_get_stats after every
      * Stored event, taken where the most blocks are held */
@@ -2492,13 +2503,12 @@ static int run_replay(const opts_t *o) {
            pct_permille(med->lat, E.nq, 500), pct_permille(med->lat, E.nq, 990),
            pct_permille(med->lat, E.nq, 999), med->checksum, med->errors, at_peak.blocks,
            at_peak.blocks ? (double)at_peak.bytes / (double)at_peak.blocks : 0.0, st.peak_bytes, st.blocks,
-           st.bytes, (double)qns / 1e9);
+           st.bytes, query_secs);
     fprintf(stderr, "kvidx-bench: backend=%s parse %.2fs, rep_secs(sorted)=[", name, tparse);
     for (int i = 0; i < reps; i++) fprintf(stderr, "%s%.4f", i ? "," : "", rs[i].secs);
     fprintf(stderr, "]; bytes_per_held_block = kvidx_get_stats().bytes / .blocks at the peak of held blocks\n");
     fail = med->errors != 0;
-    for (int i = 0; i < reps; i++) free(rs[i].lat);
-    free(rs);
+    free_reps(rs, reps);
   } else {
     /* answers: one line per Q, as dynamo-replay prints them; with --expect,
      * compared line by line against that file instead of printed */
