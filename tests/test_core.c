@@ -512,6 +512,14 @@ static int same_answers(kvidx **ix, int nk, const uint64_t *q, size_t n) {
   return 1;
 }
 
+/* same_answers for two indexes (an array literal would not compile as C++) */
+static int same_pair(kvidx *ref, kvidx *ix, const uint64_t *q, size_t n) {
+  kvidx *two[2];
+  two[0] = ref;
+  two[1] = ix;
+  return same_answers(two, 2, q, n);
+}
+
 static void test_differential(uint64_t seed, uint32_t max_workers, uint32_t jump, int nops, uint32_t alpha,
                               size_t max_blocks) {
   kvidx *ix[3];
@@ -732,7 +740,7 @@ static void test_alloc_failure(int kind) {
         if (rc == KVIDX_ENOMEM) completed = 0;
         else CHECK_EQ(rc, kvidx_store(ref, w, 0, NULL, b, n));
       }
-      CHECK(same_answers((kvidx *[]){ref, ix}, 2, q, n));
+      CHECK(same_pair(ref, ix, q, n));
       for (i = 0; i < 4; i++) CHECK_EQ(kvidx_worker_blocks(ix, i, 0), kvidx_worker_blocks(ref, i, 0));
       if (rc == KVIDX_ENOMEM) {
         CHECK_EQ(kvidx__check(ix), 0);
@@ -802,7 +810,7 @@ static void test_buffer(int kind) {
       efull += a == KVIDX_EFULL;
       CHECK_EQ(a, r);
     }
-    CHECK(same_answers((kvidx *[]){ref, ix}, 2, q, n));
+    CHECK(same_pair(ref, ix, q, n));
   }
   CHECK(efull > 0);
   CHECK_EQ(ac.calls, 0); /* the hook was never called */

@@ -28,12 +28,13 @@ static int in_order(const kvidx_score *sc, size_t m) {
  * and stale hints are caught and sorted by comparison. */
 static void test_order_hints(int kind) {
   enum { W = 48 };
-  kvidx_config cfg = {0};
+  kvidx_config cfg;
   kvidx *ix;
   uint64_t loc[4] = {21, 22, 23, 24}, seq[4], x = 7;
   kvidx_block b[4];
   kvidx_score sc[W];
   int i, round;
+  memset(&cfg, 0, sizeof cfg);
   cfg.kind = kind;
   cfg.max_workers = W;
   CHECK(kvidx_create(&ix, &cfg) == KVIDX_OK);
@@ -91,11 +92,12 @@ int main(void) {
   static const int kinds[2] = {KVIDX_RADIX, KVIDX_POSITIONAL};
   int k, round;
   for (k = 0; k < 2; k++) {
-    kvidx_config cfg = {0};
+    kvidx_config cfg;
     kvidx *ix;
     uint64_t loc[3] = {11, 12, 13}, seq[3];
     kvidx_block b[3];
     int i;
+    memset(&cfg, 0, sizeof cfg);
     cfg.kind = kinds[k];
     cfg.max_workers = 4;
     CHECK(kvidx_create(&ix, &cfg) == KVIDX_OK);

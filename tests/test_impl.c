@@ -36,7 +36,7 @@ int t_grow_layout(void) {
   memset(&cfg, 0, sizeof cfg);
   if (kvidx_create(&ix, &cfg) != KVIDX_OK) return 1;
   kvidx_get_stats(ix, &st0);
-  memset(&g, 0, sizeof g);
+  memset((void *)&g, 0, sizeof g); /* (void *): C++ warns on clearing atomics */
   g.es = 8;
   g.shift0 = 3;
   for (need = 1; need <= 5000; need += 1 + need / 8) {

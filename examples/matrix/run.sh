@@ -4,10 +4,13 @@
 # implementation), two translation units, KVIDX_STATIC (two private copies
 # linked together), KVIDX_NO_MALLOC / KVIDX_NO_THREADS with nm proving which
 # symbols are not referenced, C99 with KVIDX_NO_THREADS; 32-bit: gcc and
-# clang for armhf (run under qemu-arm); tcc (core tests, KVIDX_NO_THREADS).
+# clang for armhf (run under qemu-arm); tcc (core tests, KVIDX_NO_THREADS);
+# the core, edge, event, snapshot-bounds, hostile-prompt and generation
+# tests compiled and run as C++ (g++ and clang++).
 # What must not build stops at one clear #error: C++98, C99 with threads,
 # tcc with threads, an xxhash.h older than 0.8.0.  Warnings are errors:
 #   -Wall -Wextra -Wpedantic -Wconversion -Wshadow -Wcast-align -Werror
+# (the tests' own sources: the project's -Wall -Wextra -Wpedantic -Werror).
 # Each configuration also runs a behavioural smoke test.  Prints one line per
 # configuration, the first diagnostics of any failure, and a summary.
 #
@@ -22,6 +25,7 @@ CLANG=${CLANG:-}
 CLANGXX=${CLANGXX:-}
 M=examples/matrix
 W="-Wall -Wextra -Wpedantic -Wconversion -Wshadow -Wcast-align -Werror"
+WT="-Wall -Wextra -Wpedantic -Werror" # the tests' own sources: the project's flags
 TCC=${TCC:-}
 CC32=${CC32:-}
 QEMU32=${QEMU32:-}
@@ -113,6 +117,15 @@ for cx in $cxxs; do
   o="$B/$cn-cxx17"
   must_fail "$cn -std=c++98: one clear #error" "needs C++11 or later" \
     "$cx -x c++ -std=c++98 -I. -c $M/impl.c -o $o-98.o"
+  # the tests themselves as C++: the header's C++ branch (std::atomic, the
+  # casts) runs the same checks as the C builds, not a smoke test only
+  run "$cn -std=c++17: core tests (semantics, differential, buffer mode) as C++" \
+    "$cx -x c++ -std=c++17 -O2 $WT -I. -o $o-core tests/test_core.c tests/test_impl.c -pthread && \
+     $o-core $VECTORS"
+  run "$cn -std=c++17: edge, event, snapshot-bounds, hostile-prompt, generation tests as C++" \
+    "for t in test_edges test_events test_snapshot_bounds test_hostile_prompts; do \
+       $cx -x c++ -std=c++17 -O1 $WT -I. -o $o-\$t tests/\$t.c tests/test_impl.c -pthread && $o-\$t || exit 1; \
+     done && $cx -x c++ -std=c++17 -O1 $WT -I. -o $o-gen tests/test_generations.c -pthread && $o-gen"
   run "$cn -std=c++17 user TU linked to the C implementation" \
     "$CC -std=c11 -O2 $W -I. -c $M/impl.c -o $o-cimpl.o && \
      $cx -x c++ -std=c++17 -O2 $W -I. -c $M/user.c -o $o-user2.o && \
