@@ -29,8 +29,16 @@ static size_t static_blocks[NSTATIC];
 static double deadline;
 static int nwriters = 2, nreaders = 2;
 static long max_ops = 2000000;
-static _Atomic long reader_queries, writer_events, failures, gave_up, reclaims_freeing;
-static _Atomic unsigned long long reclaimed_bytes;
+/* the test's own counters: C11 _Atomic, or std::atomic when the test is
+ * built as C++ (the matrix runs it so under TSan: the header's C++ branch) */
+#ifdef __cplusplus
+#include <atomic>
+#define T_ATOMIC(T) std::atomic<T>
+#else
+#define T_ATOMIC(T) _Atomic(T)
+#endif
+static T_ATOMIC(long) reader_queries, writer_events, failures, gave_up, reclaims_freeing;
+static T_ATOMIC(unsigned long long) reclaimed_bytes;
 
 static double now(void) {
   struct timespec ts;

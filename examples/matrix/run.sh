@@ -6,7 +6,8 @@
 # symbols are not referenced, C99 with KVIDX_NO_THREADS; 32-bit: gcc and
 # clang for armhf (run under qemu-arm); tcc (core tests, KVIDX_NO_THREADS);
 # the core, edge, event, snapshot-bounds, hostile-prompt and generation
-# tests compiled and run as C++ (g++ and clang++).
+# tests compiled and run as C++ (g++ and clang++), and the thread stress
+# under TSan as C++ (clang++).
 # What must not build stops at one clear #error: C++98, C99 with threads,
 # tcc with threads, an xxhash.h older than 0.8.0.  Warnings are errors:
 #   -Wall -Wextra -Wpedantic -Wconversion -Wshadow -Wcast-align -Werror
@@ -126,6 +127,11 @@ for cx in $cxxs; do
     "for t in test_edges test_events test_snapshot_bounds test_hostile_prompts; do \
        $cx -x c++ -std=c++17 -O1 $WT -I. -o $o-\$t tests/\$t.c tests/test_impl.c -pthread && $o-\$t || exit 1; \
      done && $cx -x c++ -std=c++17 -O1 $WT -I. -o $o-gen tests/test_generations.c -pthread && $o-gen"
+  case "$cn" in clang*) # gcc's TSan does not support fences (-Wtsan): clang only, as test-threads-tsan
+    run "$cn -std=c++17: thread stress under TSan as C++ (2 writers, 2 readers, 1 s per kind)" \
+      "$cx -x c++ -std=c++17 -O1 -g $WT -I. -fsanitize=thread -o $o-threads tests/test_threads.c -pthread && \
+       TSAN_OPTIONS=halt_on_error=1 $o-threads 1 2 2" ;;
+  esac
   run "$cn -std=c++17 user TU linked to the C implementation" \
     "$CC -std=c11 -O2 $W -I. -c $M/impl.c -o $o-cimpl.o && \
      $cx -x c++ -std=c++17 -O2 $W -I. -c $M/user.c -o $o-user2.o && \
