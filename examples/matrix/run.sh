@@ -5,9 +5,9 @@
 # linked together), KVIDX_NO_MALLOC / KVIDX_NO_THREADS with nm proving which
 # symbols are not referenced, C99 with KVIDX_NO_THREADS; 32-bit: gcc and
 # clang for armhf (run under qemu-arm); tcc (core tests, KVIDX_NO_THREADS);
-# the core, edge, event, snapshot-bounds, hostile-prompt and generation
-# tests compiled and run as C++ (g++ and clang++), and the thread stress
-# under TSan as C++ (clang++).
+# the core, edge, event, snapshot-bounds, hostile-prompt, generation and
+# interleaving tests compiled and run as C++ (g++ and clang++), and the
+# thread stress under TSan as C++ (clang++).
 # What must not build stops at one clear #error: C++98, C99 with threads,
 # tcc with threads, an xxhash.h older than 0.8.0.  Warnings are errors:
 #   -Wall -Wextra -Wpedantic -Wconversion -Wshadow -Wcast-align -Werror
@@ -123,10 +123,12 @@ for cx in $cxxs; do
   run "$cn -std=c++17: core tests (semantics, differential, buffer mode) as C++" \
     "$cx -x c++ -std=c++17 -O2 $WT -I. -o $o-core tests/test_core.c tests/test_impl.c -pthread && \
      $o-core $VECTORS"
-  run "$cn -std=c++17: edge, event, snapshot-bounds, hostile-prompt, generation tests as C++" \
+  run "$cn -std=c++17: edge, event, snapshot-bounds, hostile-prompt, generation, interleaving tests as C++" \
     "for t in test_edges test_events test_snapshot_bounds test_hostile_prompts; do \
        $cx -x c++ -std=c++17 -O1 $WT -I. -o $o-\$t tests/\$t.c tests/test_impl.c -pthread && $o-\$t || exit 1; \
-     done && $cx -x c++ -std=c++17 -O1 $WT -I. -o $o-gen tests/test_generations.c -pthread && $o-gen"
+     done && $cx -x c++ -std=c++17 -O1 $WT -I. -o $o-gen tests/test_generations.c -pthread && $o-gen && \
+     $cx -x c++ -std=c++17 -O1 $WT -I. -DKVIDX_TEST_DRAIN_STEP=1 -o $o-interleave tests/test_interleave.c -pthread && \
+     $o-interleave"
   case "$cn" in clang*) # gcc's TSan does not support fences (-Wtsan): clang only, as test-threads-tsan
     run "$cn -std=c++17: thread stress under TSan as C++ (2 writers, 2 readers, 1 s per kind)" \
       "$cx -x c++ -std=c++17 -O1 -g $WT -I. -fsanitize=thread -o $o-threads tests/test_threads.c -pthread && \
