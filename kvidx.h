@@ -15,7 +15,7 @@
  *   own copy of xxHash cannot clash.
  *
  * QUICK TOUR
- *       kvidx_config cfg = {0};                 // zero = working defaults
+ *       kvidx_config cfg = {0};                 // zero = working defaults (C++: cfg{})
  *       cfg.kind = KVIDX_POSITIONAL;            // or KVIDX_RADIX, KVIDX_REFERENCE
  *       kvidx *ix;  kvidx_create(&ix, &cfg);
  *       uint64_t loc[4], seq[4];
