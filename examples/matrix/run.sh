@@ -6,8 +6,8 @@
 # symbols are not referenced, C99 with KVIDX_NO_THREADS; 32-bit: gcc and
 # clang for armhf (run under qemu-arm); tcc (core tests, KVIDX_NO_THREADS);
 # the core, edge, event, snapshot-bounds, hostile-prompt, generation and
-# interleaving tests compiled and run as C++ (g++ and clang++), and the
-# thread stress under TSan as C++ (clang++).
+# interleaving tests compiled and run as C++ (g++ optimized, clang++ under
+# ASan+UBSan), and the thread stress under TSan as C++ (clang++).
 # What must not build stops at one clear #error: C++98, C99 with threads,
 # tcc with threads, an xxhash.h older than 0.8.0.  Warnings are errors:
 #   -Wall -Wextra -Wpedantic -Wconversion -Wshadow -Wcast-align -Werror
@@ -27,6 +27,7 @@ CLANGXX=${CLANGXX:-}
 M=examples/matrix
 W="-Wall -Wextra -Wpedantic -Wconversion -Wshadow -Wcast-align -Werror"
 WT="-Wall -Wextra -Wpedantic -Werror" # the tests' own sources: the project's flags
+XSAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" # as the Makefile's SAN
 TCC=${TCC:-}
 CC32=${CC32:-}
 QEMU32=${QEMU32:-}
@@ -119,15 +120,20 @@ for cx in $cxxs; do
   must_fail "$cn -std=c++98: one clear #error" "needs C++11 or later" \
     "$cx -x c++ -std=c++98 -I. -c $M/impl.c -o $o-98.o"
   # the tests themselves as C++: the header's C++ branch (std::atomic, the
-  # casts) runs the same checks as the C builds, not a smoke test only
-  run "$cn -std=c++17: core tests (semantics, differential, buffer mode) as C++" \
-    "$cx -x c++ -std=c++17 -O2 $WT -I. -o $o-core tests/test_core.c tests/test_impl.c -pthread && \
+  # casts) runs the same checks as the C builds, not a smoke test only.
+  # g++ builds them optimized; clang++ under ASan+UBSan, as the C builds run
+  case "$cn" in
+    clang*) xo="-O1 -g $XSAN"; xs=" under ASan+UBSan" ;;
+    *) xo="-O2"; xs="" ;;
+  esac
+  run "$cn -std=c++17: core tests (semantics, differential, buffer mode) as C++$xs" \
+    "$cx -x c++ -std=c++17 $xo $WT -I. -o $o-core tests/test_core.c tests/test_impl.c -pthread && \
      $o-core $VECTORS"
-  run "$cn -std=c++17: edge, event, snapshot-bounds, hostile-prompt, generation, interleaving tests as C++" \
+  run "$cn -std=c++17: edge, event, snapshot-bounds, hostile-prompt, generation, interleaving tests as C++$xs" \
     "for t in test_edges test_events test_snapshot_bounds test_hostile_prompts; do \
-       $cx -x c++ -std=c++17 -O1 $WT -I. -o $o-\$t tests/\$t.c tests/test_impl.c -pthread && $o-\$t || exit 1; \
-     done && $cx -x c++ -std=c++17 -O1 $WT -I. -o $o-gen tests/test_generations.c -pthread && $o-gen && \
-     $cx -x c++ -std=c++17 -O1 $WT -I. -DKVIDX_TEST_DRAIN_STEP=1 -o $o-interleave tests/test_interleave.c -pthread && \
+       $cx -x c++ -std=c++17 $xo $WT -I. -o $o-\$t tests/\$t.c tests/test_impl.c -pthread && $o-\$t || exit 1; \
+     done && $cx -x c++ -std=c++17 $xo $WT -I. -o $o-gen tests/test_generations.c -pthread && $o-gen && \
+     $cx -x c++ -std=c++17 $xo $WT -I. -DKVIDX_TEST_DRAIN_STEP=1 -o $o-interleave tests/test_interleave.c -pthread && \
      $o-interleave"
   case "$cn" in clang*) # gcc's TSan does not support fences (-Wtsan): clang only, as test-threads-tsan
     run "$cn -std=c++17: thread stress under TSan as C++ (2 writers, 2 readers, 1 s per kind)" \
