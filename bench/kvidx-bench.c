@@ -1957,17 +1957,21 @@ static void free_events(efile_t *E) {
   free(E->wmap.keys), free(E->wmap.vals);
 }
 
+/* One S/R/C line through a store / remove / clear triple: the library's
+ * (apply_file_event_from) or --walk-floor's counting copy's.  A macro, so
+ * the timed replays call kvidx_store etc. directly, not through pointers. */
+#define APPLY_EVENT_WITH(store_fn, remove_fn, clear_fn, ix, E, op, payload)                                   \
+  ((op)->type == OP_STORE                                                                                      \
+       ? store_fn(ix, (E)->wid[(op)->worker], 0, (op)->has_parent ? &(op)->parent : NULL,                      \
+                  (const kvidx_block *)(payload), (op)->n)                                                     \
+   : (op)->type == OP_REMOVE ? remove_fn(ix, (E)->wid[(op)->worker], 0, (const uint64_t *)(payload), (op)->n) \
+   : (op)->type == OP_CLEAR  ? clear_fn(ix, (E)->wid[(op)->worker], 0)                                         \
+                             : KVIDX_EINVAL)
+
 /* One S/R/C line applied; payload = its blocks (S) or seqs (R), from the
  * parsed file or from a per-line buffer (see materialise_events). */
 static inline int apply_file_event_from(kvidx *ix, const efile_t *E, const op_t *op, const void *payload) {
-  uint64_t wid = E->wid[op->worker];
-  switch (op->type) {
-  case OP_STORE:
-    return kvidx_store(ix, wid, 0, op->has_parent ? &op->parent : NULL, (const kvidx_block *)payload, op->n);
-  case OP_REMOVE: return kvidx_remove(ix, wid, 0, (const uint64_t *)payload, op->n);
-  case OP_CLEAR: return kvidx_clear(ix, wid, 0);
-  default: return KVIDX_EINVAL;
-  }
+  return APPLY_EVENT_WITH(kvidx_store, kvidx_remove, kvidx_clear, ix, E, op, payload);
 }
 
 static inline const void *file_payload(const efile_t *E, const op_t *op) {
@@ -2292,17 +2296,12 @@ static int run_walk_floor(const efile_t *E, int kind, int reps, kvidx_score *sc,
   if (wf->create(&ix, &cfg) != KVIDX_OK) die("--walk-floor: the counting copy's kvidx_create failed");
   for (size_t i = 0; i < E->nops; i++) {
     const op_t *op = &E->ops[i];
-    uint64_t wid = op->type == OP_QUERY ? 0 : E->wid[op->worker]; /* a file of queries alone has no workers */
     if (op->type == OP_QUERY) {
       size_t m = wf->find(ix, E->words + op->off, op->n, sc, cap, &wc[q++]);
       if (m > cap) m = cap;
       for (size_t j = 0; j < m; j++) cs += sc[j].depth;
-    } else if (op->type == OP_STORE) {
-      errs += wf->store(ix, wid, 0, op->has_parent ? &op->parent : NULL, E->blocks + op->off, op->n) != KVIDX_OK;
-    } else if (op->type == OP_REMOVE) {
-      errs += wf->remove(ix, wid, 0, E->words + op->off, op->n) != KVIDX_OK;
     } else {
-      errs += wf->clear(ix, wid, 0) != KVIDX_OK;
+      errs += APPLY_EVENT_WITH(wf->store, wf->remove, wf->clear, ix, E, op, file_payload(E, op)) != KVIDX_OK;
     }
   }
   if (wf->stats(ix, &st) != KVIDX_OK) die("--walk-floor: kvidx_get_stats failed");
