@@ -21,25 +21,33 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static size_t n_run, n_failed;
 
+/* All of f, in a heap buffer (its length in *len). */
+static uint8_t *read_all(FILE *f, size_t *len) {
+  size_t cap = 4096;
+  uint8_t *buf = (uint8_t *)malloc(cap);
+  if (!buf) abort();
+  *len = 0;
+  for (;;) {
+    if (*len == cap) {
+      cap *= 2;
+      buf = (uint8_t *)realloc(buf, cap);
+      if (!buf) abort();
+    }
+    size_t got = fread(buf + *len, 1, cap - *len, f);
+    if (got == 0) break;
+    *len += got;
+  }
+  return buf;
+}
+
 static int run_file(const char *path) {
   FILE *f = fopen(path, "rb");
   if (!f) {
     perror(path);
     return 1;
   }
-  size_t cap = 4096, len = 0;
-  uint8_t *buf = (uint8_t *)malloc(cap);
-  if (!buf) abort();
-  for (;;) {
-    if (len == cap) {
-      cap *= 2;
-      buf = (uint8_t *)realloc(buf, cap);
-      if (!buf) abort();
-    }
-    size_t got = fread(buf + len, 1, cap - len, f);
-    if (got == 0) break;
-    len += got;
-  }
+  size_t len;
+  uint8_t *buf = read_all(f, &len);
   fclose(f);
   /* exact-size copy so that reads past the end are caught by ASan */
   uint8_t *in = (uint8_t *)malloc(len ? len : 1);
@@ -133,19 +141,8 @@ int main(int argc, char **argv) {
   int rc = 0;
   if (argc < 2) {
     /* standard input */
-    size_t cap = 4096, len = 0;
-    uint8_t *buf = (uint8_t *)malloc(cap);
-    if (!buf) abort();
-    for (;;) {
-      if (len == cap) {
-        cap *= 2;
-        buf = (uint8_t *)realloc(buf, cap);
-        if (!buf) abort();
-      }
-      size_t got = fread(buf + len, 1, cap - len, stdin);
-      if (got == 0) break;
-      len += got;
-    }
+    size_t len;
+    uint8_t *buf = read_all(stdin, &len);
     LLVMFuzzerTestOneInput(buf, len);
     free(buf);
     n_run = 1;
