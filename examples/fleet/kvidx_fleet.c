@@ -77,23 +77,26 @@ static double now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static void logf_(const char *fmt, ...) {
-  va_list ap;
+/* One line on stderr, prefixed with this process's role. */
+static void vlog_line(const char *fmt, va_list ap) {
   fprintf(stderr, "kvidx-fleet %s: ", g_role);
-  va_start(ap, fmt);
   vfprintf(stderr, fmt, ap);
-  va_end(ap);
   fputc('\n', stderr);
   fflush(stderr);
 }
 
+static void logf_(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vlog_line(fmt, ap);
+  va_end(ap);
+}
+
 static void die(const char *fmt, ...) {
   va_list ap;
-  fprintf(stderr, "kvidx-fleet %s: ", g_role);
   va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
+  vlog_line(fmt, ap);
   va_end(ap);
-  fputc('\n', stderr);
   exit(2);
 }
 
