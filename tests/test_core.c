@@ -6,7 +6,6 @@
 #include "xxhash.h"
 
 static const int KINDS[3] = {KVIDX_REFERENCE, KVIDX_RADIX, KVIDX_POSITIONAL};
-static const char *KNAME[3] = {"reference", "radix", "positional"};
 
 static kvidx *mk(int kind, uint32_t workers, uint32_t jump) {
   kvidx_config c;
@@ -503,7 +502,7 @@ static int same_answers(kvidx **ix, int nk, const uint64_t *q, size_t n) {
     for (i = 0; ok && i < ta && i < cap; i++)
       if (a[i].worker_id != b[i].worker_id || a[i].dp_rank != b[i].dp_rank || a[i].depth != b[i].depth) ok = 0;
     if (!ok) {
-      fprintf(stderr, "find_matches differ: %s total %zu vs %zu (n=%zu)\n", KNAME[k], ta, tb, n);
+      fprintf(stderr, "find_matches differ: %s total %zu vs %zu (n=%zu)\n", t_kind_name(k), ta, tb, n);
       for (i = 0; i < ta && i < cap; i++) fprintf(stderr, "  ref %llu/%u:%u\n", (unsigned long long)a[i].worker_id, a[i].dp_rank, a[i].depth);
       for (i = 0; i < tb && i < cap; i++) fprintf(stderr, "  got %llu/%u:%u\n", (unsigned long long)b[i].worker_id, b[i].dp_rank, b[i].depth);
       return 0;
@@ -605,11 +604,7 @@ static void test_differential(uint64_t seed, uint32_t max_workers, uint32_t jump
     } else {
       for (k = 0; k < 3; k++) st[k] = 0;
     }
-    for (k = 1; k < 3; k++)
-      if (st[k] != st[0]) {
-        fprintf(stderr, "op %d (r=%u): status %s %d vs reference %d\n", op, r, KNAME[k], st[k], st[0]);
-        bad = 1;
-      }
+    if (!t_same_status(st, op, r)) bad = 1;
     /* answers after every op */
     {
       uint64_t q[24];
@@ -628,7 +623,7 @@ static void test_differential(uint64_t seed, uint32_t max_workers, uint32_t jump
         size_t a = kvidx_worker_blocks(ix[0], 100 + i / 2, i % 2);
         for (k = 1; k < 3; k++)
           if (kvidx_worker_blocks(ix[k], 100 + i / 2, i % 2) != a) {
-            fprintf(stderr, "op %d: worker_blocks differ (%s)\n", op, KNAME[k]);
+            fprintf(stderr, "op %d: worker_blocks differ (%s)\n", op, t_kind_name(k));
             bad = 1;
           }
       }
@@ -637,7 +632,7 @@ static void test_differential(uint64_t seed, uint32_t max_workers, uint32_t jump
       for (k = 0; k < 3; k++) {
         int rc = kvidx__check(ix[k]);
         if (rc) {
-          fprintf(stderr, "op %d: kvidx__check(%s) = %d\n", op, KNAME[k], rc);
+          fprintf(stderr, "op %d: kvidx__check(%s) = %d\n", op, t_kind_name(k), rc);
           bad = 1;
         }
       }

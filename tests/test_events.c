@@ -6,7 +6,6 @@
 #include "testutil.h"
 
 static const int KINDS[3] = {KVIDX_REFERENCE, KVIDX_RADIX, KVIDX_POSITIONAL};
-static const char *KNAME[3] = {"reference", "radix", "positional"};
 
 static kvidx *mk(int kind, uint32_t workers, size_t max_blocks, int evict, uint32_t pct) {
   kvidx_config c;
@@ -334,7 +333,7 @@ static int compare_all(kvidx **ix, const uint64_t *q, size_t n, int op) {
     ptb = kvidx_find_matches(ix[k], q, n, pb, 40);
     if (ta != tb || pta != ptb || memcmp(a, b, sizeof(kvidx_tier_score) * (ta < 40 ? ta : 40)) ||
         memcmp(pa, pb, sizeof(kvidx_score) * (pta < 40 ? pta : 40))) {
-      fprintf(stderr, "op %d: %s answers differ from the reference (n=%zu)\n", op, KNAME[k], n);
+      fprintf(stderr, "op %d: %s answers differ from the reference (n=%zu)\n", op, t_kind_name(k), n);
       for (i = 0; i < ta && i < 40; i++)
         fprintf(stderr, "  ref w%llu d%u dev%u\n", (unsigned long long)a[i].worker_id, a[i].depth, a[i].device_blocks);
       for (i = 0; i < tb && i < 40; i++)
@@ -427,11 +426,7 @@ static void test_apply_differential(uint64_t seed, int evict, size_t max_blocks,
     } else {
       for (k = 0; k < 3; k++) st[k] = 0;
     }
-    for (k = 1; k < 3; k++)
-      if (st[k] != st[0]) {
-        fprintf(stderr, "op %d (r=%u): status %s %d vs reference %d\n", op, r, KNAME[k], st[k], st[0]);
-        bad = 1;
-      }
+    if (!t_same_status(st, op, r)) bad = 1;
     {
       uint64_t q[16];
       uint32_t i, n;
@@ -451,7 +446,7 @@ static void test_apply_differential(uint64_t seed, int evict, size_t max_blocks,
           int rb = kvidx_last_event_id(ix[k], i / 2, i % 2, &lb);
           if (kvidx_worker_blocks(ix[k], i / 2, i % 2) != kvidx_worker_blocks(ix[0], i / 2, i % 2) || ra != rb ||
               la != lb) {
-            fprintf(stderr, "op %d: %s worker %u blocks or event id differ\n", op, KNAME[k], i);
+            fprintf(stderr, "op %d: %s worker %u blocks or event id differ\n", op, t_kind_name(k), i);
             bad = 1;
           }
         }
@@ -460,7 +455,7 @@ static void test_apply_differential(uint64_t seed, int evict, size_t max_blocks,
     if (op % 20 == 0 || bad)
       for (k = 0; k < 3; k++)
         if (kvidx__check(ix[k])) {
-          fprintf(stderr, "op %d: kvidx__check(%s) = %d\n", op, KNAME[k], kvidx__check(ix[k]));
+          fprintf(stderr, "op %d: kvidx__check(%s) = %d\n", op, t_kind_name(k), kvidx__check(ix[k]));
           bad = 1;
         }
   }
@@ -747,7 +742,7 @@ static void test_snapshot_into_smaller(int src_kind, int old_format) {
           }
         }
         CHECK(sub);
-        if (!sub) fprintf(stderr, "into %s, cap %zu, evict %d: a worker scores deeper than in the source\n", KNAME[k], cap, e);
+        if (!sub) fprintf(stderr, "into %s, cap %zu, evict %d: a worker scores deeper than in the source\n", t_kind_name(k), cap, e);
         kvidx_destroy(dst);
       }
   free(m.buf);

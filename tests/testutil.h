@@ -35,6 +35,23 @@ static inline uint64_t t_rand(uint64_t *s) {
 }
 static inline uint32_t t_below(uint64_t *s, uint32_t n) { return (uint32_t)(t_rand(s) % n); }
 
+/* The differential tests drive three indexes in this order: the reference
+ * first, whose answers the others must give. */
+static inline const char *t_kind_name(int k) {
+  return k == 0 ? "reference" : k == 1 ? "radix" : "positional";
+}
+/* 1 if the radix and positional indexes returned the reference's status
+ * st[0] for op number `op` (r: the op's random draw); else says which not. */
+static inline int t_same_status(const int st[3], int op, uint32_t r) {
+  int k, same = 1;
+  for (k = 1; k < 3; k++)
+    if (st[k] != st[0]) {
+      fprintf(stderr, "op %d (r=%u): status %s %d vs reference %d\n", op, r, t_kind_name(k), st[k], st[0]);
+      same = 0;
+    }
+  return same;
+}
+
 /* Allocation hooks that count and can fail on the k-th call. */
 typedef struct {
   long calls, fail_at; /* fail_at < 0: never */
