@@ -130,8 +130,9 @@ for cx in $cxxs; do
     "$cx -x c++ -std=c++17 $xo $WT -I. -o $o-core tests/test_core.c tests/test_impl.c -pthread && \
      $o-core $VECTORS"
   run "$cn -std=c++17: edge, event, snapshot-bounds, hostile-prompt, generation, interleaving tests as C++$xs" \
-    "for t in test_edges test_events test_snapshot_bounds test_hostile_prompts; do \
-       $cx -x c++ -std=c++17 $xo $WT -I. -o $o-\$t tests/\$t.c tests/test_impl.c -pthread && $o-\$t || exit 1; \
+    "$cx -x c++ -std=c++17 $xo $WT -I. -c tests/test_impl.c -o $o-timpl.o && \
+     for t in test_edges test_events test_snapshot_bounds test_hostile_prompts; do \
+       $cx -x c++ -std=c++17 $xo $WT -I. -o $o-\$t tests/\$t.c -x none $o-timpl.o -pthread && $o-\$t || exit 1; \
      done && $cx -x c++ -std=c++17 $xo $WT -I. -o $o-gen tests/test_generations.c -pthread && $o-gen && \
      $cx -x c++ -std=c++17 $xo $WT -I. -DKVIDX_TEST_DRAIN_STEP=1 -o $o-interleave tests/test_interleave.c -pthread && \
      $o-interleave"
