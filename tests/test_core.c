@@ -5,7 +5,6 @@
 #define XXH_INLINE_ALL
 #include "xxhash.h"
 
-static const int KINDS[3] = {KVIDX_REFERENCE, KVIDX_RADIX, KVIDX_POSITIONAL};
 
 static kvidx *mk(int kind, uint32_t workers, uint32_t jump) {
   kvidx_config c;
@@ -530,7 +529,7 @@ static void test_differential(uint64_t seed, uint32_t max_workers, uint32_t jump
   uint32_t nwk = max_workers + 2 < 6 ? max_workers + 2 : 6;
   for (k = 0; k < 3; k++) {
     memset(&c, 0, sizeof c);
-    c.kind = KINDS[k];
+    c.kind = T_KINDS[k];
     c.max_workers = max_workers;
     c.jump = jump;
     c.max_blocks = max_blocks;
@@ -1116,21 +1115,21 @@ int main(int argc, char **argv) {
   CHECK_EQ(t_check_restores(), 0);
   for (k = 0; k < 3; k++) {
     for (j = 0; j < 4; j++) {
-      test_semantics(KINDS[k], jumps[j]);
-      test_traps(KINDS[k], jumps[j]);
+      test_semantics(T_KINDS[k], jumps[j]);
+      test_traps(T_KINDS[k], jumps[j]);
     }
-    test_repeated_chunk(KINDS[k]);
-    test_cont_hint(KINDS[k]);
-    test_mid_run_hint(KINDS[k]);
-    test_decode_steps(KINDS[k]);
-    test_capacity(KINDS[k]);
-    test_alloc_failure(KINDS[k]);
-    test_buffer(KINDS[k]);
-    test_reuse(KINDS[k]);
-    test_defer_free(KINDS[k]);
-    test_order(KINDS[k]);
-    test_wide(KINDS[k]);
-    test_large(KINDS[k]);
+    test_repeated_chunk(T_KINDS[k]);
+    test_cont_hint(T_KINDS[k]);
+    test_mid_run_hint(T_KINDS[k]);
+    test_decode_steps(T_KINDS[k]);
+    test_capacity(T_KINDS[k]);
+    test_alloc_failure(T_KINDS[k]);
+    test_buffer(T_KINDS[k]);
+    test_reuse(T_KINDS[k]);
+    test_defer_free(T_KINDS[k]);
+    test_order(T_KINDS[k]);
+    test_wide(T_KINDS[k]);
+    test_large(T_KINDS[k]);
   }
   printf("semantic, trap, capacity, allocation and buffer tests done\n");
   for (w = 0; w < 4; w++)

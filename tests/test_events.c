@@ -5,7 +5,6 @@
 #include <xxhash.h>
 #include "testutil.h"
 
-static const int KINDS[3] = {KVIDX_REFERENCE, KVIDX_RADIX, KVIDX_POSITIONAL};
 
 static kvidx *mk(int kind, uint32_t workers, size_t max_blocks, int evict, uint32_t pct) {
   kvidx_config c;
@@ -350,7 +349,7 @@ static void test_apply_differential(uint64_t seed, int evict, size_t max_blocks,
   size_t nh = 0;
   uint64_t rs = seed, ids[8] = {0}, gens[8] = {0}, now = 0;
   int op, k, bad = 0;
-  for (k = 0; k < 3; k++) ix[k] = mk(KINDS[k], 6, max_blocks, evict, 60);
+  for (k = 0; k < 3; k++) ix[k] = mk(T_KINDS[k], 6, max_blocks, evict, 60);
   for (op = 0; op < nops && !bad; op++) {
     uint32_t r = t_below(&rs, 100), w = t_below(&rs, 8);
     kvidx_event e;
@@ -541,7 +540,7 @@ static void test_snapshots(int src_kind, int ttl) {
   }
   for (k = 0; k < 3; k++) {
     /* binary snapshot into every kind */
-    dst = mk(KINDS[k], 16, ttl ? 100000 : 0, evict, 0);
+    dst = mk(T_KINDS[k], 16, ttl ? 100000 : 0, evict, 0);
     m.pos = 0;
     CHECK_EQ(kvidx_snapshot_read(dst, t_mem_read, &m), KVIDX_OK);
     CHECK(same_state(src, dst, 5));
@@ -562,7 +561,7 @@ static void test_snapshots(int src_kind, int ttl) {
     kvidx_destroy(dst);
     /* dump replayed as events into every kind */
     if (!ttl) {
-      dst = mk(KINDS[k], 16, 0, 0, 0);
+      dst = mk(T_KINDS[k], 16, 0, 0, 0);
       CHECK_EQ(kvidx_dump(src, replay, dst), KVIDX_OK);
       CHECK(same_state(src, dst, 7));
       CHECK_EQ(kvidx__check(dst), 0);
@@ -648,7 +647,7 @@ static void test_snapshot_at_capacity(int src_kind, int evict) {
   CHECK_EQ(m.buf[8], 4); /* stand-in records are marked: version 4 */
   for (k = 0; k < 3; k++) {
     size_t i, nx, ny;
-    dst = mk(KINDS[k], 4, 8, evict, 0);
+    dst = mk(T_KINDS[k], 4, 8, evict, 0);
     m.pos = 0;
     CHECK_EQ(kvidx_snapshot_read(dst, t_mem_read, &m), KVIDX_OK);
     kvidx_get_stats(dst, &st);
@@ -723,7 +722,7 @@ static void test_snapshot_into_smaller(int src_kind, int old_format) {
         uint64_t rs = 5 + (uint64_t)q4;
         kvidx_stats ds;
         int sub = 1;
-        dst = mk(KINDS[k], 16, cap, e ? KVIDX_EVICT_EXPIRY : KVIDX_EVICT_LRS, 0);
+        dst = mk(T_KINDS[k], 16, cap, e ? KVIDX_EVICT_EXPIRY : KVIDX_EVICT_LRS, 0);
         m.pos = 0;
         CHECK_EQ(kvidx_snapshot_read(dst, t_mem_read, &m), KVIDX_OK);
         kvidx_get_stats(dst, &ds);
@@ -752,10 +751,10 @@ static void test_snapshot_into_smaller(int src_kind, int old_format) {
 int main(void) {
   int k;
   for (k = 0; k < 3; k++) {
-    test_event_ids(KINDS[k]);
-    test_tiers(KINDS[k]);
-    test_evict_lrs(KINDS[k]);
-    test_ttl(KINDS[k]);
+    test_event_ids(T_KINDS[k]);
+    test_tiers(T_KINDS[k]);
+    test_evict_lrs(T_KINDS[k]);
+    test_ttl(T_KINDS[k]);
   }
   printf("event ids, tiers, eviction, ttl: done\n");
   for (k = 0; k < 6; k++) {
@@ -769,10 +768,10 @@ int main(void) {
   test_snapshots(KVIDX_POSITIONAL, 0);
   test_snapshots(KVIDX_POSITIONAL, 1);
   for (k = 0; k < 2; k++) {
-    test_snapshot_at_capacity(KINDS[1 + k], 0);
-    test_snapshot_at_capacity(KINDS[1 + k], KVIDX_EVICT_LRS);
-    test_snapshot_into_smaller(KINDS[1 + k], 0);
-    test_snapshot_into_smaller(KINDS[1 + k], 1);
+    test_snapshot_at_capacity(T_KINDS[1 + k], 0);
+    test_snapshot_at_capacity(T_KINDS[1 + k], KVIDX_EVICT_LRS);
+    test_snapshot_into_smaller(T_KINDS[1 + k], 0);
+    test_snapshot_into_smaller(T_KINDS[1 + k], 1);
   }
   printf("snapshots: round trips across kinds, truncation, corruption, stand-ins at max_blocks, into smaller evicting targets\n");
   printf("%d passed, %d failed\n", t_checks - t_fails, t_fails);

@@ -36,7 +36,8 @@ static inline uint64_t t_rand(uint64_t *s) {
 static inline uint32_t t_below(uint64_t *s, uint32_t n) { return (uint32_t)(t_rand(s) % n); }
 
 /* The differential tests drive three indexes in this order: the reference
- * first, whose answers the others must give. */
+ * first, whose answers the others must give; t_kind_name(k) names T_KINDS[k]. */
+static const int T_KINDS[3] = {KVIDX_REFERENCE, KVIDX_RADIX, KVIDX_POSITIONAL};
 static inline const char *t_kind_name(int k) {
   return k == 0 ? "reference" : k == 1 ? "radix" : "positional";
 }
