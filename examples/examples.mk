@@ -132,7 +132,7 @@ MATRIX_DEB_PKGS := tcc gcc-arm-linux-gnueabihf libc6-dev-armhf-cross qemu-user-s
 matrix-deps: | deps
 	$(call apt_install,$(MATRIX_DEB_PKGS))
 test-matrix: | deps matrix-deps
-	@CC="$(CC)" CXX="$(CXX)" CLANG="$(CLANG)" CLANGXX="$(CLANGXX)" TCC=tcc \
+	@CC="$(CC)" CXX="$(CXX)" CLANG="$(CLANG)" CLANGXX="$(CLANGXX)" TCC=tcc SAN="$(SAN)" \
 	  CC32=arm-linux-gnueabihf-gcc QEMU32=qemu-arm-static VECTORS=$(VECTORS) \
 	  sh examples/matrix/run.sh $(BUILD)
 

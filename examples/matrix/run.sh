@@ -16,7 +16,7 @@
 # configuration, the first diagnostics of any failure, and a summary.
 #
 # Usage: examples/matrix/run.sh BUILD_DIR
-#   env CC CXX CLANG CLANGXX; TCC (tcc), CC32 (arm-linux-gnueabihf-gcc),
+#   env CC CXX CLANG CLANGXX SAN; TCC (tcc), CC32 (arm-linux-gnueabihf-gcc),
 #   QEMU32 (qemu-arm-static), VECTORS (the hash vectors for tcc's core tests)
 set -u
 B=${1:-build}/matrix
@@ -27,7 +27,7 @@ CLANGXX=${CLANGXX:-}
 M=examples/matrix
 W="-Wall -Wextra -Wpedantic -Wconversion -Wshadow -Wcast-align -Werror"
 WT="-Wall -Wextra -Wpedantic -Werror" # the tests' own sources: the project's flags
-XSAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" # as the Makefile's SAN
+SAN=${SAN:-} # the Makefile's sanitizer flags (clang++ runs the C++ tests under them)
 TCC=${TCC:-}
 CC32=${CC32:-}
 QEMU32=${QEMU32:-}
@@ -121,9 +121,10 @@ for cx in $cxxs; do
     "$cx -x c++ -std=c++98 -I. -c $M/impl.c -o $o-98.o"
   # the tests themselves as C++: the header's C++ branch (std::atomic, the
   # casts) runs the same checks as the C builds, not a smoke test only.
-  # g++ builds them optimized; clang++ under ASan+UBSan, as the C builds run
+  # g++ builds them optimized; clang++ under the sanitizers the C builds run
+  # under (SAN from the Makefile; unset: no sanitizers)
   case "$cn" in
-    clang*) xo="-O1 -g $XSAN"; xs=" under ASan+UBSan" ;;
+    clang*) xo="-O1 -g $SAN"; xs="${SAN:+ under the Makefile's SAN}" ;;
     *) xo="-O2"; xs="" ;;
   esac
   run "$cn -std=c++17: core tests (semantics, differential, buffer mode) as C++$xs" \
