@@ -37,6 +37,10 @@
  *                         alone: malloc + memset).
  *   KVIDX_NO_THREADS      single-threaded build: plain loads/stores instead of
  *                         atomics; no concurrent readers allowed.
+ *   KVIDX_NO_SIMD         no SSE2 intrinsics (<emmintrin.h>): small worker seq
+ *                         tables probe place by place like the large ones
+ *                         (same answers; the control bytes are used only with
+ *                         SSE2 and GCC or Clang).
  *   KVIDX_WORKERS_MAX     hard upper bound of cfg.max_workers (default 4096, at
  *                         most 65535); a query's scratch (a hit record per
  *                         possible worker, the result sort) lives on the stack.
@@ -811,6 +815,16 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
 #endif
 #define KVIDX__AHEAD 8
 
+/* Control bytes (a byte per place beside a small seq table, matched 16 at a
+ * time: see the map section) need SSE2 and GCC or Clang; elsewhere, and with
+ * KVIDX_NO_SIMD, every table probes place by place. */
+#if !defined(KVIDX_NO_SIMD) && defined(__SSE2__) && (defined(__GNUC__) || defined(__clang__))
+#include <emmintrin.h>
+#define KVIDX__CTRL 1
+#else
+#define KVIDX__CTRL 0
+#endif
+
 #if KVIDX_WORKERS_MAX > 65535
 #error "KVIDX_WORKERS_MAX must stay below 65536 (a query's hit records keep 16 bits per slot)"
 #endif
@@ -955,6 +969,8 @@ typedef struct kvidx__mtab { /* a map's table: this header and its entries */
   uint64_t mask, bytes;         /* bytes: of the entries                      */
   KVIDX__A(uint64_t) *words;    /* the entries, an allocation of their own so
                                    a table of 2^k places fills a size class  */
+  unsigned char *ctrl;          /* a small seq table's control bytes (see the
+                                   map section), or NULL: writer-only, so plain */
   struct kvidx__mtab *retired;
 } kvidx__mtab;
 
@@ -1391,12 +1407,14 @@ KVIDX__PRIV uint32_t kvidx__chunk_alloc(kvidx *ix, unsigned c) {
  * Entries of `ew` atomic u64 words, the key in the first `kw`; word `occ` is
  * never 0 in a used entry (so 0 marks a free place).  Linear probing from a
  * home keyed by the index's random seed (crafted keys cannot build long
- * probe chains), at most 3/4 full, backward-shift deletion.  Why not
- * Swiss-table groups (a byte of tag per place, 16 compared at once): on
- * the seq tables they cost 0.68x-0.78x linear probing's time where the
- * tables fit in cache but 1.07x-1.78x once they take several MiB, since a
- * hit then misses on the tag group and again on the slot; with the key in
- * its place, a probe here is one line (bench/perf-log.md, session 26).
+ * probe chains), at most 3/4 full, backward-shift deletion.  Small seq
+ * tables add a control byte per place, 16 compared at once (below): the
+ * event replays take 0.95x the time on the W16 C2048 files.  Not Swiss-
+ * table groups for every table: once the seq tables take several MiB a
+ * hit misses on the control bytes and again on the place (1.07x-1.78x the
+ * time in session 26's prototype; control bytes on tables up to 65,536
+ * places: W16 C16384 1.03x); with the key in its place, a probe there is
+ * one line (bench/perf-log.md, sessions 26-27).
  *
  * Growth is incremental, so no call pays for a whole rehash.  The grown
  * table becomes `tab` (every insert goes there) and the previous one `old`;
@@ -1482,6 +1500,7 @@ KVIDX__PRIV uint64_t kvidx__mtab_bytes(uint64_t slots, uint32_t ew) { /* entries
 }
 
 KVIDX__PRIV void kvidx__mtab_free(kvidx *ix, kvidx__mtab *t) {
+  if (t->ctrl) kvidx__free(ix, t->ctrl, KVIDX__CAST(size_t, t->mask + 17));
   kvidx__free(ix, t->words, KVIDX__CAST(size_t, t->bytes));
   kvidx__free(ix, t, sizeof *t);
 }
@@ -1495,6 +1514,56 @@ KVIDX__PRIV kvidx__mtab *kvidx__map_tab_of(const kvidx__map *m, uint32_t at) {
 KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__map_at(const kvidx__map *m, uint32_t at) {
   return kvidx__mtab_words(kvidx__map_tab_of(m, at)) + KVIDX__CAST(size_t, at & ~KVIDX__OLD) * m->ew;
 }
+
+/* Control bytes: a seq table of at most KVIDX__CTRL_MAX places (outside
+ * caller-buffer mode, with SSE2) keeps a byte per place, 0 when the place
+ * is free, else 0x80 | the top 7 bits of its key's hash, followed by the
+ * first 16 bytes again, so 16 bytes from any home are one unaligned load:
+ *
+ *     ctrl:  [ b0 b1 .. b(n-1) | b0 .. b15 ]     (n places; copies for n < 16
+ *     words: [ key0 pos0 | key1 pos1 | ..  ]      repeat the table)
+ *
+ * A probe compares the 16 bytes from the home with the key's byte and with
+ * 0 at once, and reads only the places whose byte matches before the first
+ * free one: one predictable branch instead of one per place (the loop's
+ * exits were most of linear probing's mispredictions).  The entries are
+ * where linear probing puts them, so growth, backward-shift deletion and
+ * iteration are unchanged; each write to a place's `occ` word writes its
+ * byte too.  Larger tables stay plain: once the tables outgrow the caches,
+ * a hit would miss on the bytes and again on the place. */
+#define KVIDX__CTRL_MAX 4096u
+#define KVIDX__CTRL_BYTE(h) KVIDX__CAST(unsigned char, 0x80u | ((h) >> 57))
+
+KVIDX__HOT void kvidx__ctrl_set(unsigned char *ctrl, uint64_t mask, uint64_t i, unsigned char b) {
+  uint64_t k;
+  ctrl[i] = b;
+  for (k = i; k < 16; k += mask + 1) ctrl[mask + 1 + k] = b; /* the copy after the last place */
+}
+
+#if KVIDX__CTRL
+/* Probe a table with control bytes (see above); as kvidx__mtab_probe_seq. */
+KVIDX__HOT uint32_t kvidx__mtab_probe_ctrl(const kvidx__mtab *t, uint64_t ew, uint64_t key, uint64_t h,
+                                            uint32_t *free_at) {
+  KVIDX__A(uint64_t) *w = kvidx__mtab_words(t);
+  uint64_t mask = t->mask, i = h & mask;
+  const __m128i want = _mm_set1_epi8(KVIDX__CAST(char, KVIDX__CTRL_BYTE(h)));
+  for (;;) {
+    __m128i g = _mm_loadu_si128(KVIDX__RCAST(const __m128i *, t->ctrl + i));
+    unsigned hit = KVIDX__CAST(unsigned, _mm_movemask_epi8(_mm_cmpeq_epi8(g, want)));
+    unsigned free_ = KVIDX__CAST(unsigned, _mm_movemask_epi8(_mm_cmpeq_epi8(g, _mm_setzero_si128())));
+    if (free_) hit &= (free_ & (0u - free_)) - 1; /* only places before the first free one */
+    for (; hit; hit &= hit - 1) {
+      uint64_t j = (i + kvidx__ctz64(hit)) & mask;
+      if (kvidx__ld(&w[j * ew]) == key) return KVIDX__CAST(uint32_t, j);
+    }
+    if (free_) {
+      if (free_at) *free_at = KVIDX__CAST(uint32_t, (i + kvidx__ctz64(free_)) & mask);
+      return KVIDX__NONE;
+    }
+    i = (i + 16) & mask; /* 16 used places in a row: the next 16 */
+  }
+}
+#endif
 
 /* Probe one table for key (home hash h): its place, or NONE and (free_at)
  * the free place that ended the probe. */
@@ -1521,6 +1590,9 @@ KVIDX__HOT uint32_t kvidx__mtab_probe_seq(const kvidx__mtab *t, uint64_t ew, uin
                                            uint32_t *free_at) {
   KVIDX__A(uint64_t) *w = kvidx__mtab_words(t);
   uint64_t i, mask = t->mask;
+#if KVIDX__CTRL
+  if (t->ctrl) return kvidx__mtab_probe_ctrl(t, ew, key, h, free_at);
+#endif
   for (i = h & mask;; i = (i + 1) & mask) {
     KVIDX__A(uint64_t) *e = w + i * ew;
     if (!kvidx__ld(&e[1])) {
@@ -1585,12 +1657,13 @@ KVIDX__PRIV void kvidx__map_prefetch(const kvidx__map *m, uint64_t h, int lines)
 KVIDX__PRIV void kvidx__map_place(const kvidx *ix, const kvidx__map *m, kvidx__mtab *t, const uint64_t *e,
                                   uint32_t *at) {
   KVIDX__A(uint64_t) *w = kvidx__mtab_words(t);
-  uint64_t i = kvidx__key_hash(ix->seed, e, m->kw) & t->mask;
+  uint64_t h = kvidx__key_hash(ix->seed, e, m->kw), i = h & t->mask;
   uint32_t k;
   while (kvidx__ld(&w[i * m->ew + m->occ])) i = (i + 1) & t->mask;
   for (k = 0; k < m->ew; k++)
     if (k != m->occ) kvidx__st(&w[i * m->ew + k], e[k]);
   kvidx__st_rel(&w[i * m->ew + m->occ], e[m->occ]); /* readers see the rest first */
+  if (t->ctrl) kvidx__ctrl_set(t->ctrl, t->mask, i, KVIDX__CTRL_BYTE(h));
   if (at) *at = KVIDX__CAST(uint32_t, i);
 }
 
@@ -1625,7 +1698,23 @@ KVIDX__PRIV void kvidx__map_drain(kvidx *ix, kvidx__map *m, uint64_t budget) {
   at = m->drained;
   end = m->drain_from;
   stop = size - at < budget ? size : at + budget; /* then on to the next free place */
-  if (ew == 2 && m->kw == 1 && occ == 1 && !m->shared) { /* seq tables: the common case, straight */
+  if (o->ctrl || t->ctrl) { /* a small seq table on either side: each byte moves with its place */
+    for (; at < size; at++) {
+      uint64_t i = (end + at) & omask, j, h;
+      KVIDX__A(uint64_t) *x = w + i * ew;
+      if (!kvidx__ld(&x[occ])) {
+        if (at >= stop) break;
+        continue;
+      }
+      for (k = 0; k < ew; k++) e[k] = kvidx__ld(&x[k]);
+      h = kvidx__key_hash(ix->seed, e, 1);
+      for (j = h & tmask; kvidx__ld(&tw[j * ew + occ]); j = (j + 1) & tmask) {}
+      for (k = 0; k < ew; k++) kvidx__st(&tw[j * ew + k], e[k]);
+      if (t->ctrl) kvidx__ctrl_set(t->ctrl, tmask, j, KVIDX__CTRL_BYTE(h));
+      kvidx__st(&x[occ], KVIDX__CAST(uint64_t, 0));
+      if (o->ctrl) kvidx__ctrl_set(o->ctrl, omask, i, 0);
+    }
+  } else if (ew == 2 && m->kw == 1 && occ == 1 && !m->shared) { /* seq tables: the common case, straight */
     /* No branch on whether a place is used while the budget lasts (the
      * loop waits on branches, not memory): a free place's "move" goes to a
      * stand-in that stays free (W16 C16384's events 0.92x-0.94x the time). */
@@ -1698,13 +1787,21 @@ KVIDX__PRIV uint64_t kvidx__map_slots_for(uint64_t entries, uint64_t from) {
   return from;
 }
 
-/* A table of `slots` places, its entries zeroed if `zeroed`. */
-KVIDX__PRIV kvidx__mtab *kvidx__mtab_new(kvidx *ix, uint64_t slots, uint32_t ew, int zeroed) {
-  size_t bytes = KVIDX__CAST(size_t, kvidx__mtab_bytes(slots, ew));
+/* A table of `slots` places for map m, its entries zeroed if `zeroed`;
+ * with control bytes (always zeroed) if it is a small seq table. */
+KVIDX__PRIV kvidx__mtab *kvidx__mtab_new(kvidx *ix, const kvidx__map *m, uint64_t slots, int zeroed) {
+  size_t bytes = KVIDX__CAST(size_t, kvidx__mtab_bytes(slots, m->ew));
   kvidx__mtab *t = KVIDX__CAST(kvidx__mtab *, kvidx__alloc(ix, sizeof(kvidx__mtab)));
   void *w;
   if (!t) return NULL;
+  t->ctrl = NULL;
+  if (KVIDX__CTRL && m->seq && !ix->buffer_mode && slots <= KVIDX__CTRL_MAX &&
+      !(t->ctrl = KVIDX__CAST(unsigned char *, kvidx__alloc_zeroed(ix, KVIDX__CAST(size_t, slots + 16))))) {
+    kvidx__free(ix, t, sizeof *t);
+    return NULL;
+  }
   if (!(w = zeroed ? kvidx__alloc_zeroed(ix, bytes) : kvidx__alloc(ix, bytes))) {
+    if (t->ctrl) kvidx__free(ix, t->ctrl, KVIDX__CAST(size_t, slots + 16));
     kvidx__free(ix, t, sizeof *t);
     return NULL;
   }
@@ -1740,7 +1837,7 @@ KVIDX__PRIV int kvidx__map_reserve(kvidx *ix, kvidx__map *m, uint64_t extra) {
     if (!ix->buffer_mode && !m->next && !kvidx__ld(&m->old) && need * 16 > slots * 11 &&
         kvidx__mtab_bytes(slots, m->ew) >= KVIDX_TEST_DRAIN_STEP * 1024u && 2 * slots <= KVIDX__MAP_SLOTS_MAX &&
         kvidx__mtab_bytes(2 * slots, m->ew) <= KVIDX__SIZE_MAX &&
-        (m->next = kvidx__mtab_new(ix, 2 * slots, m->ew, 0)) != NULL) { /* may fail: tried again later */
+        (m->next = kvidx__mtab_new(ix, m, 2 * slots, 0)) != NULL) { /* may fail: tried again later */
       m->zeroed = 0;
       kvidx__map_zero(m, step * 32 * m->ew);
     }
@@ -1757,7 +1854,7 @@ KVIDX__PRIV int kvidx__map_reserve(kvidx *ix, kvidx__map *m, uint64_t extra) {
   } else {
     if (m->next) kvidx__mtab_free(ix, m->next);
     m->next = NULL;
-    if ((nt = kvidx__mtab_new(ix, ns, m->ew, 1)) == NULL) return kvidx__oom(ix);
+    if ((nt = kvidx__mtab_new(ix, m, ns, 1)) == NULL) return kvidx__oom(ix);
   }
   m->next = NULL;
   kvidx__map_switch(ix, m, nt, ix->buffer_mode ? ~KVIDX__CAST(uint64_t, 0) : step);
@@ -1780,7 +1877,7 @@ KVIDX__PRIV void kvidx__map_tidy(kvidx *ix, kvidx__map *m, uint64_t budget) {
     kvidx__mtab_free(ix, m->next);
     m->next = NULL;
   }
-  if ((nt = kvidx__mtab_new(ix, kvidx__map_slots_for(2 * KVIDX__CAST(uint64_t, m->n), 8), m->ew, 1)) != NULL)
+  if ((nt = kvidx__mtab_new(ix, m, kvidx__map_slots_for(2 * KVIDX__CAST(uint64_t, m->n), 8), 1)) != NULL)
     kvidx__map_switch(ix, m, nt, ix->buffer_mode ? ~KVIDX__CAST(uint64_t, 0) : budget);
 }
 
@@ -1792,22 +1889,26 @@ KVIDX__PRIV uint32_t kvidx__map_insert(kvidx *ix, kvidx__map *m, const uint64_t 
   return at;
 }
 
-/* Insert at the free place kvidx__map_slot found (nothing changed since). */
-KVIDX__PRIV void kvidx__map_put_at(kvidx__map *m, uint32_t at, const uint64_t *e) {
+/* Insert at the free place kvidx__map_slot found (nothing changed since);
+ * h: the key's hash. */
+KVIDX__PRIV void kvidx__map_put_at(kvidx__map *m, uint32_t at, const uint64_t *e, uint64_t h) {
   KVIDX__A(uint64_t) *w = kvidx__map_at(m, at);
+  const kvidx__mtab *t = kvidx__map_tab_of(m, at);
   uint32_t k;
   for (k = 0; k < m->ew; k++)
     if (k != m->occ) kvidx__st(&w[k], e[k]);
   kvidx__st_rel(&w[m->occ], e[m->occ]);
+  if (t->ctrl) kvidx__ctrl_set(t->ctrl, t->mask, at & ~KVIDX__OLD, KVIDX__CTRL_BYTE(h));
   m->n++;
 }
 
 /* Backward-shift deletion in a table of two-word entries whose word 1 marks
- * a place used, the place i just emptied: later entries of its cluster
- * whose home is not in (i, j] move back.  The home comes from an entry's
- * tag in a seq table of at most 2^16 places (tagged), else from hashing
- * its key. */
-KVIDX__HOT void kvidx__shift_back2(KVIDX__A(uint64_t) *w, uint64_t i, uint64_t mask, uint64_t seed, int tagged) {
+ * a place used, the place i just emptied (its control byte too, if the
+ * table has them: ctrl): later entries of its cluster whose home is not in
+ * (i, j] move back.  The home comes from an entry's tag in a seq table of
+ * at most 2^16 places (tagged), else from hashing its key. */
+KVIDX__HOT void kvidx__shift_back2(KVIDX__A(uint64_t) *w, unsigned char *ctrl, uint64_t i, uint64_t mask, uint64_t seed,
+                                   int tagged) {
   uint64_t j, v;
   for (j = (i + 1) & mask; (v = kvidx__ld(&w[2 * j + 1])) != 0; j = (j + 1) & mask) {
     uint64_t h = tagged ? KVIDX__TAG_HOME(v, mask) : kvidx__mix(kvidx__ld(&w[2 * j]) ^ seed) & mask;
@@ -1815,6 +1916,10 @@ KVIDX__HOT void kvidx__shift_back2(KVIDX__A(uint64_t) *w, uint64_t i, uint64_t m
       kvidx__st(&w[2 * i], kvidx__ld(&w[2 * j]));
       kvidx__st(&w[2 * i + 1], v);
       kvidx__st(&w[2 * j + 1], KVIDX__CAST(uint64_t, 0));
+      if (ctrl) {
+        kvidx__ctrl_set(ctrl, mask, i, ctrl[j]);
+        kvidx__ctrl_set(ctrl, mask, j, 0);
+      }
       i = j;
     }
   }
@@ -1831,8 +1936,9 @@ KVIDX__PRIV void kvidx__map_delete(kvidx *ix, kvidx__map *m, uint32_t at) {
     kvidx__fence_rel();
   }
   kvidx__st(&w[i * ew + occ], KVIDX__CAST(uint64_t, 0));
+  if (t->ctrl) kvidx__ctrl_set(t->ctrl, mask, i, 0);
   if (ew == 2 && kw == 1 && occ == 1 && !shared) { /* seq tables: the common case, straight */
-    kvidx__shift_back2(w, i, mask, seed, m->seq && mask <= KVIDX__TAG_MASK);
+    kvidx__shift_back2(w, t->ctrl, i, mask, seed, m->seq && mask <= KVIDX__TAG_MASK);
   } else {
     for (j = (i + 1) & mask; kvidx__ld(&w[j * ew + occ]); j = (j + 1) & mask) {
       uint64_t key[2], h;
@@ -1843,6 +1949,10 @@ KVIDX__PRIV void kvidx__map_delete(kvidx *ix, kvidx__map *m, uint32_t at) {
       if (((j - h) & mask) >= ((j - i) & mask)) { /* j's home is not in (i, j]: move it back */
         for (k = 0; k < ew; k++) kvidx__st(&w[i * ew + k], kvidx__ld(&w[j * ew + k]));
         kvidx__st(&w[j * ew + occ], KVIDX__CAST(uint64_t, 0));
+        if (t->ctrl) {
+          kvidx__ctrl_set(t->ctrl, mask, i, t->ctrl[j]);
+          kvidx__ctrl_set(t->ctrl, mask, j, 0);
+        }
         i = j;
       }
     }
@@ -1896,7 +2006,8 @@ KVIDX__HOT void kvidx__seq_delete(kvidx *ix, kvidx__map *m, uint32_t at) {
     return;
   }
   kvidx__st(&w[2 * KVIDX__CAST(uint64_t, at) + 1], KVIDX__CAST(uint64_t, 0));
-  kvidx__shift_back2(w, at, t->mask, ix->seed, t->mask <= KVIDX__TAG_MASK);
+  if (t->ctrl) kvidx__ctrl_set(t->ctrl, t->mask, at, 0);
+  kvidx__shift_back2(w, t->ctrl, at, t->mask, ix->seed, t->mask <= KVIDX__TAG_MASK);
   m->n--;
 }
 
@@ -3261,11 +3372,12 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
         kvidx__keys(ix->evict, stamp, &ix->seqno, i, expires, &e[2], &e[3]);
         kvidx__heap_push(ix, s, b[i].seq, e[2], e[3]);
       }
-      kvidx__map_put_at(&sl->seqs, free_at, e);
+      kvidx__map_put_at(&sl->seqs, free_at, e, h);
     } else { /* a two-word entry */
       KVIDX__A(uint64_t) *w = sv.w + 2 * KVIDX__CAST(size_t, free_at);
       kvidx__st(&w[0], b[i].seq);
       kvidx__st_rel(&w[1], pos);
+      if (sv.t->ctrl) kvidx__ctrl_set(sv.t->ctrl, sv.mask, free_at, KVIDX__CTRL_BYTE(h));
       sl->seqs.n++;
     }
     sl->blocks++;
@@ -4417,8 +4529,22 @@ KVIDX__PRIV int kvidx__check_multi(kvidx *ix) { /* after the subtraction every c
   return 0;
 }
 
+/* A table's control bytes: each place's byte from its key's hash (0 when
+ * free), the first 16 again after the last; only small seq tables have them. */
+KVIDX__PRIV int kvidx__check_ctrl(kvidx *ix, const kvidx__map *m, const kvidx__mtab *t) {
+  uint64_t i, n = t->mask + 1;
+  KVIDX__CHK(m->seq && !ix->buffer_mode && n <= KVIDX__CTRL_MAX);
+  for (i = 0; i < n; i++) {
+    KVIDX__A(uint64_t) *e = kvidx__mtab_words(t) + i * m->ew;
+    uint64_t key = kvidx__ld(&e[0]);
+    KVIDX__CHK(t->ctrl[i] == (kvidx__ld(&e[m->occ]) ? KVIDX__CTRL_BYTE(kvidx__key_hash(ix->seed, &key, 1)) : 0));
+  }
+  for (i = 0; i < 16; i++) KVIDX__CHK(t->ctrl[n + i] == t->ctrl[i & t->mask]);
+  return 0;
+}
+
 /* A map: n entries over both tables, each found where it is, at most 3/4
- * full, old's swept places free. */
+ * full, old's swept places free, control bytes right. */
 KVIDX__PRIV int kvidx__check_map(kvidx *ix, const kvidx__map *m) {
   kvidx__map *mm = KVIDX__UNC(kvidx__map *, m);
   const kvidx__mtab *t = kvidx__ld(&mm->tab), *o = kvidx__ld(&mm->old);
@@ -4435,6 +4561,8 @@ KVIDX__PRIV int kvidx__check_map(kvidx *ix, const kvidx__map *m) {
   KVIDX__CHK(n == m->n && (!t || n * 4 <= (t->mask + 1) * 3) && (!o || t));
   for (i = 0; o && i < m->drained; i++)
     KVIDX__CHK(!kvidx__ld(&kvidx__mtab_words(o)[((m->drain_from + i) & o->mask) * m->ew + m->occ]));
+  KVIDX__CHK(!t || !t->ctrl || kvidx__check_ctrl(ix, m, t) == 0);
+  KVIDX__CHK(!o || !o->ctrl || kvidx__check_ctrl(ix, m, o) == 0);
   return 0;
 }
 

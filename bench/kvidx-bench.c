@@ -2151,7 +2151,7 @@ static double seq_tables_rep(const efile_t *E, void **buf, size_t *held, size_t 
         if (kvidx__seqview_find(&sv, b[j].seq, h, &free_at) != KVIDX__NONE) continue; /* held */
         e[0] = b[j].seq;
         e[1] = KVIDX__POS(i & 0xFFFFFFu, j & 63u, 1u) | KVIDX__POS_TAG(h); /* a position word */
-        kvidx__map_put_at(m, free_at, e);
+        kvidx__map_put_at(m, free_at, e, h);
       }
     } else if (op->type == OP_REMOVE) {
       const uint64_t *seq = (const uint64_t *)buf[i];
