@@ -1700,17 +1700,20 @@ KVIDX__PRIV void kvidx__map_drain(kvidx *ix, kvidx__map *m, uint64_t budget) {
   stop = size - at < budget ? size : at + budget; /* then on to the next free place */
   if (o->ctrl || t->ctrl) { /* a small seq table on either side: each byte moves with its place */
     for (; at < size; at++) {
-      uint64_t i = (end + at) & omask, j, h;
+      uint64_t i = (end + at) & omask, j;
       KVIDX__A(uint64_t) *x = w + i * ew;
       if (!kvidx__ld(&x[occ])) {
         if (at >= stop) break;
         continue;
       }
       for (k = 0; k < ew; k++) e[k] = kvidx__ld(&x[k]);
-      h = kvidx__key_hash(ix->seed, e, 1);
-      for (j = h & tmask; kvidx__ld(&tw[j * ew + occ]); j = (j + 1) & tmask) {}
+      /* the home from the position's tag, the byte from old's: the key is
+       * hashed again only when a large table shrinks into a small one */
+      j = tmask <= KVIDX__TAG_MASK ? KVIDX__TAG_HOME(e[occ], tmask) : kvidx__key_hash(ix->seed, e, 1) & tmask;
+      while (kvidx__ld(&tw[j * ew + occ])) j = (j + 1) & tmask;
       for (k = 0; k < ew; k++) kvidx__st(&tw[j * ew + k], e[k]);
-      if (t->ctrl) kvidx__ctrl_set(t->ctrl, tmask, j, KVIDX__CTRL_BYTE(h));
+      if (t->ctrl)
+        kvidx__ctrl_set(t->ctrl, tmask, j, o->ctrl ? o->ctrl[i] : KVIDX__CTRL_BYTE(kvidx__key_hash(ix->seed, e, 1)));
       kvidx__st(&x[occ], KVIDX__CAST(uint64_t, 0));
       if (o->ctrl) kvidx__ctrl_set(o->ctrl, omask, i, 0);
     }
