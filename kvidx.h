@@ -1409,7 +1409,7 @@ KVIDX__PRIV uint32_t kvidx__chunk_alloc(kvidx *ix, unsigned c) {
  * home keyed by the index's random seed (crafted keys cannot build long
  * probe chains), at most 3/4 full, backward-shift deletion.  Small seq
  * tables add a control byte per place, 16 compared at once (below): the
- * event replays take 0.95x the time on the W16 C2048 files.  Not Swiss-
+ * event replays take 0.93x-0.97x the time on the W16 C2048 files.  Not Swiss-
  * table groups for every table: once the seq tables take several MiB a
  * hit misses on the control bytes and again on the place (1.07x-1.78x the
  * time in session 26's prototype; control bytes on tables up to 65,536
