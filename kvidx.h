@@ -155,7 +155,10 @@
  *                are one probe.  tag: the low 16 bits of the seq's hash, so
  *                a deletion's backward shift and a growth's drain learn an
  *                entry's home without hashing its key again (in tables of
- *                at most 2^16 places; larger ones hash).
+ *                at most 2^16 places; larger ones hash).  A table of at
+ *                most 4,096 places (with SSE2, not in caller-buffer mode)
+ *                also keeps a control byte per place, 16 matched at once
+ *                by a probe (section 2: one branch, not one per place).
  *   Per (worker, run), one shared "holds" map:
  *     held bits (u64: a run has at most 64 blocks), multi bits (positions the
  *     worker holds under >= 2 seqs, counted exactly in the "multi" map),
@@ -310,7 +313,9 @@
  *          shrinks it (kvidx__drain_step; W16 C16384 events 0.86x-0.93x
  *          the time), and moves its places with no branch on whether each
  *          is used (0.92x-0.94x more).  KVIDX_TEST_WALK: a test hook on
- *          the query walk's steps (kvidx-bench --walk-floor).
+ *          the query walk's steps (kvidx-bench --walk-floor).  Small seq
+ *          tables keep control bytes (KVIDX_NO_SIMD: they do not): W16
+ *          C2048 events 0.93x-0.97x the time, +1 byte per place.
  *   0.1.0  first release: hashing, reference model, radix and positional
  *          indexes, caller-buffer mode, seqlock reader path, event ids,
  *          storage tiers, eviction policies and TTL mode, dumps and binary
