@@ -770,6 +770,84 @@ int t_seq_tags(void) {
   return fails;
 }
 
+/* Control bytes under collisions (seq tables of at most 4,096 places; a
+ * KVIDX_NO_SIMD build runs the same steps through plain probing).  With a
+ * fixed seed, T_CTRL_N seqs are picked whose hashes share the low 12 bits
+ * (one home, the table's last place, at every size up to 4,096) and the
+ * top 7 (one control byte): each probe meets up to T_CTRL_N - 1 places with
+ * its byte before its own, crosses 16-place windows, and wraps past the
+ * table's end through the copied bytes.  A worker stores them (a chain,
+ * then single root blocks), lets them go in a scattered order and takes
+ * them back; each status, every answer and kvidx__check (which checks
+ * every byte) after each step agree with the reference.  The number of
+ * failed checks. */
+#define T_CTRL_N 48
+int t_ctrl_collisions(void) {
+  static const int kinds[2] = {KVIDX_POSITIONAL, KVIDX_RADIX};
+  kvidx_config cfg;
+  kvidx *ix, *ref;
+  kvidx_block b[T_CTRL_N];
+  uint64_t seqs[T_CTRL_N], q[T_CTRL_N / 2], cand = 0, h, parent;
+  uint32_t i, j, n = 0;
+  int k, fails = 0;
+  for (cand = 1; n < T_CTRL_N; cand++) {
+    h = kvidx__key_hash(4242, &cand, 1);
+    if ((h & 0xFFF) == 0xFFF && (h >> 57) == 0x2A) seqs[n++] = cand;
+  }
+  for (i = 0; i < T_CTRL_N; i++) b[i].local = 100 + i, b[i].seq = seqs[i];
+  for (i = 0; i < T_CTRL_N / 2; i++) q[i] = 100 + i;
+  for (k = 0; k < 2; k++) {
+    kvidx__map *m;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.kind = KVIDX_REFERENCE;
+    if (kvidx_create(&ref, &cfg) != KVIDX_OK) return fails + 1;
+    cfg.kind = kinds[k];
+    cfg.seed = 4242;
+    if (kvidx_create(&ix, &cfg) != KVIDX_OK) {
+      kvidx_destroy(ref);
+      return fails + 1;
+    }
+    TD(ix->seed == 4242);
+    /* the first half as one chain, the second as single root blocks */
+    TD(kvidx_store(ix, 3, 0, NULL, b, T_CTRL_N / 2) == KVIDX_OK);
+    TD(kvidx_store(ref, 3, 0, NULL, b, T_CTRL_N / 2) == KVIDX_OK);
+    for (i = T_CTRL_N / 2; i < T_CTRL_N; i++) {
+      TD(kvidx_store(ix, 3, 0, NULL, &b[i], 1) == kvidx_store(ref, 3, 0, NULL, &b[i], 1));
+      TD(kvidx__check(ix) == 0);
+    }
+    m = &ix->slots[kvidx__slot_find(ix, 3, 0)].seqs;
+    kvidx__map_settle(ix, m);
+    TD(kvidx__ld(&m->tab)->mask + 1 <= KVIDX__CTRL_MAX);
+    TD(!KVIDX__CTRL || kvidx__ld(&m->tab)->ctrl != NULL);
+    fails += t_same_answers(ix, ref, q, T_CTRL_N / 2);
+    for (j = 0; j < 3; j++) /* a third at a time, each seq found past the ones still there */
+      for (i = (j * 7) % 3; i < T_CTRL_N; i += 3) {
+        TD(kvidx_remove(ix, 3, 0, &seqs[i], 1) == kvidx_remove(ref, 3, 0, &seqs[i], 1));
+        TD(kvidx__check(ix) == 0);
+        fails += t_same_answers(ix, ref, q, T_CTRL_N / 2);
+      }
+    TD(kvidx__blocks_of(ix, 3, 0) == 0);
+    for (i = 0; i < T_CTRL_N; i += 2) { /* back, in a different order: even places as roots, then odd under them */
+      TD(kvidx_store(ix, 3, 0, NULL, &b[i], 1) == kvidx_store(ref, 3, 0, NULL, &b[i], 1));
+      TD(kvidx__check(ix) == 0);
+    }
+    for (i = 1; i < T_CTRL_N; i += 2) {
+      parent = seqs[i - 1];
+      TD(kvidx_store(ix, 3, 0, &parent, &b[i], 1) == kvidx_store(ref, 3, 0, &parent, &b[i], 1));
+      TD(kvidx__check(ix) == 0);
+    }
+    fails += t_same_answers(ix, ref, q, T_CTRL_N / 2);
+    for (i = 0; i < T_CTRL_N; i++) { /* every seq still found (a removal of each, one by one, newest first) */
+      TD(kvidx_remove(ix, 3, 0, &seqs[T_CTRL_N - 1 - i], 1) == KVIDX_OK);
+      TD(kvidx_remove(ref, 3, 0, &seqs[T_CTRL_N - 1 - i], 1) == KVIDX_OK);
+    }
+    TD(kvidx__check(ix) == 0);
+    kvidx_destroy(ix);
+    kvidx_destroy(ref);
+  }
+  return fails;
+}
+
 /* The checker changes nothing, even when it finds something wrong: it takes
  * every worker's seqs out of their holdings' bits and counts and puts them
  * back, and a check that fails partway (at a worker's count, after all its
