@@ -1505,7 +1505,7 @@ KVIDX__PRIV uint64_t kvidx__mtab_bytes(uint64_t slots, uint32_t ew) { /* entries
 }
 
 KVIDX__PRIV void kvidx__mtab_free(kvidx *ix, kvidx__mtab *t) {
-  if (t->ctrl) kvidx__free(ix, t->ctrl, KVIDX__CAST(size_t, t->mask + 17));
+  if (t->ctrl) kvidx__free(ix, t->ctrl, KVIDX__CAST(size_t, t->mask + 1 + 16)); /* places + the copy */
   kvidx__free(ix, t->words, KVIDX__CAST(size_t, t->bytes));
   kvidx__free(ix, t, sizeof *t);
 }
