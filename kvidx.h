@@ -829,6 +829,11 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
 #else
 #define KVIDX__CTRL 0
 #endif
+/* Tables of at most this many places keep them; a place's byte from its
+ * key's hash; their size in bytes (the bytes and the first 16 again). */
+#define KVIDX__CTRL_MAX 4096u
+#define KVIDX__CTRL_BYTE(h) KVIDX__CAST(unsigned char, 0x80u | ((h) >> 57))
+#define KVIDX__CTRL_SIZE(slots) KVIDX__CAST(size_t, (slots) + 16) /* the bytes and the copy */
 
 #if KVIDX_WORKERS_MAX > 65535
 #error "KVIDX_WORKERS_MAX must stay below 65536 (a query's hit records keep 16 bits per slot)"
@@ -1505,7 +1510,7 @@ KVIDX__PRIV uint64_t kvidx__mtab_bytes(uint64_t slots, uint32_t ew) { /* entries
 }
 
 KVIDX__PRIV void kvidx__mtab_free(kvidx *ix, kvidx__mtab *t) {
-  if (t->ctrl) kvidx__free(ix, t->ctrl, KVIDX__CAST(size_t, t->mask + 1 + 16)); /* places + the copy */
+  if (t->ctrl) kvidx__free(ix, t->ctrl, KVIDX__CTRL_SIZE(t->mask + 1));
   kvidx__free(ix, t->words, KVIDX__CAST(size_t, t->bytes));
   kvidx__free(ix, t, sizeof *t);
 }
@@ -1536,13 +1541,21 @@ KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__map_at(const kvidx__map *m, uint32_t at) 
  * iteration are unchanged; each write to a place's `occ` word writes its
  * byte too.  Larger tables stay plain: once the tables outgrow the caches,
  * a hit would miss on the bytes and again on the place. */
-#define KVIDX__CTRL_MAX 4096u
-#define KVIDX__CTRL_BYTE(h) KVIDX__CAST(unsigned char, 0x80u | ((h) >> 57))
+/* Whether a table of `slots` places for map m keeps control bytes. */
+KVIDX__PRIV int kvidx__ctrl_wanted(const kvidx *ix, const kvidx__map *m, uint64_t slots) {
+  return KVIDX__CTRL && m->seq && !ix->buffer_mode && slots <= KVIDX__CTRL_MAX;
+}
 
 KVIDX__HOT void kvidx__ctrl_set(unsigned char *ctrl, uint64_t mask, uint64_t i, unsigned char b) {
   uint64_t k;
   ctrl[i] = b;
   for (k = i; k < 16; k += mask + 1) ctrl[mask + 1 + k] = b; /* the copy after the last place */
+}
+
+/* A deletion's shift moved place j's entry to place i: its byte too. */
+KVIDX__HOT void kvidx__ctrl_move(unsigned char *ctrl, uint64_t mask, uint64_t i, uint64_t j) {
+  kvidx__ctrl_set(ctrl, mask, i, ctrl[j]);
+  kvidx__ctrl_set(ctrl, mask, j, 0);
 }
 
 #if KVIDX__CTRL
@@ -1703,27 +1716,9 @@ KVIDX__PRIV void kvidx__map_drain(kvidx *ix, kvidx__map *m, uint64_t budget) {
   at = m->drained;
   end = m->drain_from;
   stop = size - at < budget ? size : at + budget; /* then on to the next free place */
-  if (o->ctrl || t->ctrl) { /* a small seq table on either side: each byte moves with its place */
-    for (; at < size; at++) {
-      uint64_t i = (end + at) & omask, j;
-      KVIDX__A(uint64_t) *x = w + i * ew;
-      if (!kvidx__ld(&x[occ])) {
-        if (at >= stop) break;
-        continue;
-      }
-      for (k = 0; k < ew; k++) e[k] = kvidx__ld(&x[k]);
-      /* the home from the position's tag, the byte from old's: the key is
-       * hashed again only when a large table shrinks into a small one */
-      j = tmask <= KVIDX__TAG_MASK ? KVIDX__TAG_HOME(e[occ], tmask) : kvidx__key_hash(ix->seed, e, 1) & tmask;
-      while (kvidx__ld(&tw[j * ew + occ])) j = (j + 1) & tmask;
-      for (k = 0; k < ew; k++) kvidx__st(&tw[j * ew + k], e[k]);
-      if (t->ctrl)
-        kvidx__ctrl_set(t->ctrl, tmask, j, o->ctrl ? o->ctrl[i] : KVIDX__CTRL_BYTE(kvidx__key_hash(ix->seed, e, 1)));
-      kvidx__st(&x[occ], KVIDX__CAST(uint64_t, 0));
-      if (o->ctrl) kvidx__ctrl_set(o->ctrl, omask, i, 0);
-    }
-  } else if (ew == 2 && m->kw == 1 && occ == 1 && !m->shared) { /* seq tables: the common case, straight */
-    /* No branch on whether a place is used while the budget lasts (the
+  if (ew == 2 && m->kw == 1 && occ == 1 && !m->shared && !o->ctrl && !t->ctrl) {
+    /* seq tables without control bytes, the common case, straight.  No
+     * branch on whether a place is used while the budget lasts (the
      * loop waits on branches, not memory): a free place's "move" goes to a
      * stand-in that stays free (W16 C16384's events 0.92x-0.94x the time). */
     uint64_t seed = ix->seed; /* locals: the atomics below pin fields in memory */
@@ -1741,12 +1736,13 @@ KVIDX__PRIV void kvidx__map_drain(kvidx *ix, kvidx__map *m, uint64_t budget) {
       kvidx__st(&x[1], KVIDX__CAST(uint64_t, 0));
     }
   } else {
-    for (; at < size; at++) {
+    for (; at < size; at++) { /* also a small seq table on either side: map_place writes tab's byte */
       KVIDX__A(uint64_t) *x = w + ((end + at) & omask) * ew;
       if (kvidx__ld(&x[occ])) {
         for (k = 0; k < ew; k++) e[k] = kvidx__ld(&x[k]);
         kvidx__map_place(ix, m, t, e, NULL);
         kvidx__st(&x[occ], KVIDX__CAST(uint64_t, 0));
+        if (o->ctrl) kvidx__ctrl_set(o->ctrl, omask, (end + at) & omask, 0);
         if (m->shared) KVIDX_TEST_HOOK(ix, 9); /* an entry between the tables */
       } else if (at >= stop) {
         break;
@@ -1803,13 +1799,13 @@ KVIDX__PRIV kvidx__mtab *kvidx__mtab_new(kvidx *ix, const kvidx__map *m, uint64_
   void *w;
   if (!t) return NULL;
   t->ctrl = NULL;
-  if (KVIDX__CTRL && m->seq && !ix->buffer_mode && slots <= KVIDX__CTRL_MAX &&
-      !(t->ctrl = KVIDX__CAST(unsigned char *, kvidx__alloc_zeroed(ix, KVIDX__CAST(size_t, slots + 16))))) {
+  if (kvidx__ctrl_wanted(ix, m, slots) &&
+      !(t->ctrl = KVIDX__CAST(unsigned char *, kvidx__alloc_zeroed(ix, KVIDX__CTRL_SIZE(slots))))) {
     kvidx__free(ix, t, sizeof *t);
     return NULL;
   }
   if (!(w = zeroed ? kvidx__alloc_zeroed(ix, bytes) : kvidx__alloc(ix, bytes))) {
-    if (t->ctrl) kvidx__free(ix, t->ctrl, KVIDX__CAST(size_t, slots + 16));
+    if (t->ctrl) kvidx__free(ix, t->ctrl, KVIDX__CTRL_SIZE(slots));
     kvidx__free(ix, t, sizeof *t);
     return NULL;
   }
@@ -1924,10 +1920,7 @@ KVIDX__HOT void kvidx__shift_back2(KVIDX__A(uint64_t) *w, unsigned char *ctrl, u
       kvidx__st(&w[2 * i], kvidx__ld(&w[2 * j]));
       kvidx__st(&w[2 * i + 1], v);
       kvidx__st(&w[2 * j + 1], KVIDX__CAST(uint64_t, 0));
-      if (ctrl) {
-        kvidx__ctrl_set(ctrl, mask, i, ctrl[j]);
-        kvidx__ctrl_set(ctrl, mask, j, 0);
-      }
+      if (ctrl) kvidx__ctrl_move(ctrl, mask, i, j);
       i = j;
     }
   }
@@ -1957,10 +1950,7 @@ KVIDX__PRIV void kvidx__map_delete(kvidx *ix, kvidx__map *m, uint32_t at) {
       if (((j - h) & mask) >= ((j - i) & mask)) { /* j's home is not in (i, j]: move it back */
         for (k = 0; k < ew; k++) kvidx__st(&w[i * ew + k], kvidx__ld(&w[j * ew + k]));
         kvidx__st(&w[j * ew + occ], KVIDX__CAST(uint64_t, 0));
-        if (t->ctrl) {
-          kvidx__ctrl_set(t->ctrl, mask, i, t->ctrl[j]);
-          kvidx__ctrl_set(t->ctrl, mask, j, 0);
-        }
+        if (t->ctrl) kvidx__ctrl_move(t->ctrl, mask, i, j);
         i = j;
       }
     }
@@ -4537,11 +4527,13 @@ KVIDX__PRIV int kvidx__check_multi(kvidx *ix) { /* after the subtraction every c
   return 0;
 }
 
-/* A table's control bytes: each place's byte from its key's hash (0 when
- * free), the first 16 again after the last; only small seq tables have them. */
+/* A table's control bytes: there exactly when kvidx__ctrl_wanted, each
+ * place's byte from its key's hash (0 when free), the first 16 again after
+ * the last. */
 KVIDX__PRIV int kvidx__check_ctrl(kvidx *ix, const kvidx__map *m, const kvidx__mtab *t) {
   uint64_t i, n = t->mask + 1;
-  KVIDX__CHK(m->seq && !ix->buffer_mode && n <= KVIDX__CTRL_MAX);
+  KVIDX__CHK(!t->ctrl == !kvidx__ctrl_wanted(ix, m, n));
+  if (!t->ctrl) return 0;
   for (i = 0; i < n; i++) {
     KVIDX__A(uint64_t) *e = kvidx__mtab_words(t) + i * m->ew;
     uint64_t key = kvidx__ld(&e[0]);
@@ -4569,8 +4561,8 @@ KVIDX__PRIV int kvidx__check_map(kvidx *ix, const kvidx__map *m) {
   KVIDX__CHK(n == m->n && (!t || n * 4 <= (t->mask + 1) * 3) && (!o || t));
   for (i = 0; o && i < m->drained; i++)
     KVIDX__CHK(!kvidx__ld(&kvidx__mtab_words(o)[((m->drain_from + i) & o->mask) * m->ew + m->occ]));
-  KVIDX__CHK(!t || !t->ctrl || kvidx__check_ctrl(ix, m, t) == 0);
-  KVIDX__CHK(!o || !o->ctrl || kvidx__check_ctrl(ix, m, o) == 0);
+  KVIDX__CHK(!t || kvidx__check_ctrl(ix, m, t) == 0);
+  KVIDX__CHK(!o || kvidx__check_ctrl(ix, m, o) == 0);
   return 0;
 }
 

@@ -5,7 +5,6 @@
 #define XXH_INLINE_ALL
 #include "xxhash.h"
 
-
 static kvidx *mk(int kind, uint32_t workers, uint32_t jump) {
   kvidx_config c;
   kvidx *ix = NULL;

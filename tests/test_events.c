@@ -5,7 +5,6 @@
 #include <xxhash.h>
 #include "testutil.h"
 
-
 static kvidx *mk(int kind, uint32_t workers, size_t max_blocks, int evict, uint32_t pct) {
   kvidx_config c;
   kvidx *ix = NULL;
