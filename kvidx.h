@@ -37,10 +37,11 @@
  *                         alone: malloc + memset).
  *   KVIDX_NO_THREADS      single-threaded build: plain loads/stores instead of
  *                         atomics; no concurrent readers allowed.
- *   KVIDX_NO_SIMD         no SSE2 intrinsics (<emmintrin.h>): small worker seq
- *                         tables probe place by place like the large ones
- *                         (same answers; the control bytes are used only with
- *                         SSE2 and GCC or Clang).
+ *   KVIDX_NO_SIMD         no SSE2 intrinsics (<emmintrin.h>): worker seq
+ *                         tables probe place by place and delete by backward
+ *                         shift like every other map (same answers; the
+ *                         control bytes are used only with SSE2 and GCC or
+ *                         Clang).
  *   KVIDX_WORKERS_MAX     hard upper bound of cfg.max_workers (default 4096, at
  *                         most 65535); a query's scratch (a hit record per
  *                         possible worker, the result sort) lives on the stack.
@@ -153,12 +154,13 @@
  *     seq table: engine seq -> run:32 | tag:16 | offset:8 | tiers:8
  *                (16 bytes; 32 with eviction keys).  Parents and removals
  *                are one probe.  tag: the low 16 bits of the seq's hash, so
- *                a deletion's backward shift and a growth's drain learn an
- *                entry's home without hashing its key again (in tables of
- *                at most 2^16 places; larger ones hash).  A table of at
- *                most 4,096 places (with SSE2, not in caller-buffer mode)
- *                also keeps a control byte per place, 16 matched at once
- *                by a probe (section 2: one branch, not one per place).
+ *                a growth's drain learns an entry's home without hashing
+ *                its key again (in tables of at most 2^16 places; larger
+ *                ones hash).  With SSE2, outside caller-buffer mode, the
+ *                table also keeps a control byte per place (+1 byte), 16
+ *                matched at once by a probe, and a deletion moves nothing:
+ *                the place becomes empty, or deleted where a probe may
+ *                have passed it (section 2, the Swiss tables' rule).
  *   Per (worker, run), one shared "holds" map:
  *     held bits (u64: a run has at most 64 blocks), multi bits (positions the
  *     worker holds under >= 2 seqs, counted exactly in the "multi" map),
@@ -168,7 +170,8 @@
  *
  *   Every map is one open-addressing table (section 2): linear probing from
  *   a home keyed by a per-index random seed (cfg.seed), load <= 3/4,
- *   backward-shift deletion.  Growth never stops a call for a whole rehash:
+ *   backward-shift deletion (seq tables with control bytes: none needed).
+ *   Growth never stops a call for a whole rehash:
  *
  *     past 11/16 full      tab [####### ]   next [ zeroed a share per call ]
  *     next zeroed          old [####### ]   tab  [ every insert goes here  ]
@@ -181,8 +184,9 @@
  *   index is, so they never grow and their old tables never take room; a
  *   table's header is an allocation of its own, so 2^k places fill a class.
  *
- *   Memory: a held block costs its seq entry (16 bytes at a table load
- *   between 3/8 and 3/4 while a worker gains blocks: 21-43 bytes) plus its
+ *   Memory: a held block costs its seq entry (16 bytes and a control byte
+ *   at a table load between 3/8 and 3/4 while a worker gains blocks: 23-45
+ *   bytes) plus its
  *   share of the run it sits in (8 bytes per block of locals, the run header
  *   and holder entries per run, not per block).  A seq table under 1/8 full
  *   (past 64 places) shrinks to at most 3/8, draining like a growth, so a
@@ -313,9 +317,13 @@
  *          shrinks it (kvidx__drain_step; W16 C16384 events 0.86x-0.93x
  *          the time), and moves its places with no branch on whether each
  *          is used (0.92x-0.94x more).  KVIDX_TEST_WALK: a test hook on
- *          the query walk's steps (kvidx-bench --walk-floor).  Small seq
+ *          the query walk's steps (kvidx-bench --walk-floor).  Seq
  *          tables keep control bytes (KVIDX_NO_SIMD: they do not): W16
- *          C2048 events 0.93x-0.97x the time, +1 byte per place.
+ *          C2048 events 0.93x-0.97x the time, +1 byte per place; then on
+ *          every seq table, with deletion that moves nothing (empty or
+ *          deleted places, Swiss-table style, rebuilt when deleted places
+ *          would fill a table past 3/4): whole replays 0.87x-0.89x (W16
+ *          C2048), 0.94x (W16 C16384), 0.82x (W64 F16).
  *   0.1.0  first release: hashing, reference model, radix and positional
  *          indexes, caller-buffer mode, seqlock reader path, event ids,
  *          storage tiers, eviction policies and TTL mode, dumps and binary
@@ -829,10 +837,10 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
 #else
 #define KVIDX__CTRL 0
 #endif
-/* Tables of at most this many places keep them; a place's byte from its
- * key's hash; their size in bytes (the bytes and the first 16 again). */
-#define KVIDX__CTRL_MAX 4096u
+/* A used place's byte from its key's hash; a deleted place's; their size
+ * in bytes (the bytes and the first 16 again). */
 #define KVIDX__CTRL_BYTE(h) KVIDX__CAST(unsigned char, 0x80u | ((h) >> 57))
+#define KVIDX__CTRL_DELETED 1u /* a free place a probe goes past (a tombstone) */
 #define KVIDX__CTRL_SIZE(slots) KVIDX__CAST(size_t, (slots) + 16) /* the bytes and the copy */
 
 #if KVIDX_WORKERS_MAX > 65535
@@ -981,6 +989,7 @@ typedef struct kvidx__mtab { /* a map's table: this header and its entries */
                                    a table of 2^k places fills a size class  */
   unsigned char *ctrl;          /* a small seq table's control bytes (see the
                                    map section), or NULL: writer-only, so plain */
+  uint64_t tombs;               /* with ctrl: places marked deleted         */
   struct kvidx__mtab *retired;
 } kvidx__mtab;
 
@@ -1417,14 +1426,15 @@ KVIDX__PRIV uint32_t kvidx__chunk_alloc(kvidx *ix, unsigned c) {
  * Entries of `ew` atomic u64 words, the key in the first `kw`; word `occ` is
  * never 0 in a used entry (so 0 marks a free place).  Linear probing from a
  * home keyed by the index's random seed (crafted keys cannot build long
- * probe chains), at most 3/4 full, backward-shift deletion.  Small seq
- * tables add a control byte per place, 16 compared at once (below): the
- * event replays take 0.93x-0.97x the time on the W16 C2048 files.  Not Swiss-
- * table groups for every table: once the seq tables take several MiB a
- * hit misses on the control bytes and again on the place (1.07x-1.78x the
- * time in session 26's prototype; control bytes on tables up to 65,536
- * places: W16 C16384 1.03x); with the key in its place, a probe there is
- * one line (bench/perf-log.md, sessions 26-27).
+ * probe chains), at most 3/4 full, backward-shift deletion.  Worker seq
+ * tables add a control byte per place, 16 compared at once, and delete
+ * without the shift (below).  Lookups there are nearly all hits, and once
+ * the tables take several MiB a probe misses on the bytes and again on the
+ * place (both lines asked for ahead); what pays for that is the deletion
+ * (session 28; session 26's prototype of Swiss-table groups for every map:
+ * 1.07x-1.78x the time).  The shared maps stay plain: readers probe
+ * them, and a reader-safe deletion without the shift would need their
+ * seqlock around probes that pass deleted places.
  *
  * Growth is incremental, so no call pays for a whole rehash.  The grown
  * table becomes `tab` (every insert goes there) and the previous one `old`;
@@ -1438,6 +1448,8 @@ KVIDX__PRIV uint32_t kvidx__chunk_alloc(kvidx *ix, unsigned c) {
  *
  * So an unswept cluster is never cut, deleting in old shifts entries only
  * within the unswept part, and a key whose home was swept is not in old.
+ * (With control bytes a probe may pass an empty place, so the sweep stops
+ * only where that cannot leave a swept home behind: kvidx__drain_can_stop.)
  * A position names its table (KVIDX__OLD marks one in old).  The sweep is
  * done long before tab fills: it needs old's size / 16 reserved entries, tab
  * has room for 3/4 of old's size more.
@@ -1525,25 +1537,37 @@ KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__map_at(const kvidx__map *m, uint32_t at) 
   return kvidx__mtab_words(kvidx__map_tab_of(m, at)) + KVIDX__CAST(size_t, at & ~KVIDX__OLD) * m->ew;
 }
 
-/* Control bytes: a seq table of at most KVIDX__CTRL_MAX places (outside
- * caller-buffer mode, with SSE2) keeps a byte per place, 0 when the place
- * is free, else 0x80 | the top 7 bits of its key's hash, followed by the
- * first 16 bytes again, so 16 bytes from any home are one unaligned load:
+/* Control bytes: a worker's seq table (outside caller-buffer mode, with
+ * SSE2) keeps a byte per place: 0 when the place is empty, 1 when it is
+ * deleted, else 0x80 | the top 7 bits of its key's hash; then the first 16
+ * bytes again, so 16 bytes from any home are one unaligned load:
  *
  *     ctrl:  [ b0 b1 .. b(n-1) | b0 .. b15 ]     (n places; copies for n < 16
  *     words: [ key0 pos0 | key1 pos1 | ..  ]      repeat the table)
  *
- * A probe compares the 16 bytes from the home with the key's byte and with
- * 0 at once, and reads only the places whose byte matches before the first
- * free one: one predictable branch instead of one per place (the loop's
- * exits were most of linear probing's mispredictions).  The entries are
- * where linear probing puts them, so growth, backward-shift deletion and
- * iteration are unchanged; each write to a place's `occ` word writes its
- * byte too.  Larger tables stay plain: once the tables outgrow the caches,
- * a hit would miss on the bytes and again on the place. */
-/* Whether a table of `slots` places for map m keeps control bytes. */
-KVIDX__PRIV int kvidx__ctrl_wanted(const kvidx *ix, const kvidx__map *m, uint64_t slots) {
-  return KVIDX__CTRL && m->seq && !ix->buffer_mode && slots <= KVIDX__CTRL_MAX;
+ * A probe reads 16 bytes at a time from the key's home, reads the places
+ * whose byte matches the key's, and goes on to the next 16 only if these
+ * hold no empty place (Abseil's Swiss tables do the same with aligned
+ * groups): one predictable branch per 16 places, not one per place.  An
+ * insert takes the first place from the home that is not used, as linear
+ * probing does, so every 16 bytes a probe passes before its key's are
+ * without an empty place.  A deletion keeps that true without moving
+ * anything: the place becomes empty when the used places around it make a
+ * row of fewer than 16 (no probe ever read 16 bytes from it without an
+ * empty one), else deleted: probes go past it, inserts reuse it, and a
+ * reservation counts it as used, so a table whose deleted places would
+ * take it past 3/4 is rebuilt at its size without them (a drain like a
+ * growth's).  At the files' loads deleted places are rare and the backward
+ * shift, with its mispredicted exit, is gone (W16 C2048's events
+ * 0.87x-0.89x the time; W64 F16, with 3.3M removals, 0.82x).  A growth's
+ * sweep may stop only at an empty place with no entry in the 15 after it
+ * whose home it swept (kvidx__drain_can_stop).  The price is a byte per
+ * place (2 bytes per held block at the files' loads).  Without control
+ * bytes (KVIDX_NO_SIMD, caller-buffer mode, no SSE2) a seq table is plain
+ * linear probing with backward-shift deletion, like every other map. */
+/* Whether map m's tables keep control bytes. */
+KVIDX__PRIV int kvidx__ctrl_wanted(const kvidx *ix, const kvidx__map *m) {
+  return KVIDX__CTRL && m->seq && !ix->buffer_mode;
 }
 
 KVIDX__HOT void kvidx__ctrl_set(unsigned char *ctrl, uint64_t mask, uint64_t i, unsigned char b) {
@@ -1552,10 +1576,44 @@ KVIDX__HOT void kvidx__ctrl_set(unsigned char *ctrl, uint64_t mask, uint64_t i, 
   for (k = i; k < 16; k += mask + 1) ctrl[mask + 1 + k] = b; /* the copy after the last place */
 }
 
-/* A deletion's shift moved place j's entry to place i: its byte too. */
-KVIDX__HOT void kvidx__ctrl_move(unsigned char *ctrl, uint64_t mask, uint64_t i, uint64_t j) {
-  kvidx__ctrl_set(ctrl, mask, i, ctrl[j]);
-  kvidx__ctrl_set(ctrl, mask, j, 0);
+/* An insert's byte at place i (it may reuse a deleted place). */
+KVIDX__HOT void kvidx__ctrl_fill(kvidx__mtab *t, uint64_t i, unsigned char b) {
+  if (t->ctrl[i] == KVIDX__CTRL_DELETED) t->tombs--;
+  kvidx__ctrl_set(t->ctrl, t->mask, i, b);
+}
+
+/* Bit k set: byte k of the 16 at p is 0 (an empty place). */
+KVIDX__HOT unsigned kvidx__ctrl_empties(const unsigned char *p) {
+#if KVIDX__CTRL
+  return KVIDX__CAST(unsigned, _mm_movemask_epi8(
+                                   _mm_cmpeq_epi8(_mm_loadu_si128(KVIDX__RCAST(const __m128i *, p)), _mm_setzero_si128())));
+#else
+  unsigned k, e = 0;
+  for (k = 0; k < 16; k++)
+    if (p[k] == 0u) e |= 1u << k;
+  return e;
+#endif
+}
+
+/* Free place i (still marked used) of a table with control bytes: empty if
+ * the used places around it make a row of fewer than 16, so that no 16
+ * bytes a probe reads past held it used; else deleted, which probes go
+ * past and inserts reuse.  Tables of at most 16 places: a probe's 16 bytes
+ * cover them all, so always empty. */
+KVIDX__HOT void kvidx__ctrl_erase(kvidx__mtab *t, uint64_t i) {
+  uint64_t mask = t->mask;
+  unsigned before, after;
+  unsigned char b = 0;
+  if (mask >= 16) {
+    before = kvidx__ctrl_empties(t->ctrl + ((i - 16) & mask)); /* places i-16 .. i-1 (the copy: no wrap) */
+    after = kvidx__ctrl_empties(t->ctrl + i);                   /* places i .. i+15 */
+    /* the row of used places around i: ctz(after) from i on, 15 - log2(before) just before it */
+    if (!before || !after || kvidx__ctz64(after) + 15 - kvidx__log2(before) >= 16) {
+      b = KVIDX__CTRL_DELETED;
+      t->tombs++;
+    }
+  }
+  kvidx__ctrl_set(t->ctrl, mask, i, b);
 }
 
 #if KVIDX__CTRL
@@ -1565,20 +1623,22 @@ KVIDX__HOT uint32_t kvidx__mtab_probe_ctrl(const kvidx__mtab *t, uint64_t ew, ui
   KVIDX__A(uint64_t) *w = kvidx__mtab_words(t);
   uint64_t mask = t->mask, i = h & mask;
   const __m128i want = _mm_set1_epi8(KVIDX__CAST(char, KVIDX__CTRL_BYTE(h)));
+  uint32_t first_free = KVIDX__NONE;
   for (;;) {
     __m128i g = _mm_loadu_si128(KVIDX__RCAST(const __m128i *, t->ctrl + i));
     unsigned hit = KVIDX__CAST(unsigned, _mm_movemask_epi8(_mm_cmpeq_epi8(g, want)));
-    unsigned free_ = KVIDX__CAST(unsigned, _mm_movemask_epi8(_mm_cmpeq_epi8(g, _mm_setzero_si128())));
-    if (free_) hit &= (free_ & (0u - free_)) - 1; /* only places before the first free one */
+    unsigned empty = KVIDX__CAST(unsigned, _mm_movemask_epi8(_mm_cmpeq_epi8(g, _mm_setzero_si128())));
+    unsigned open = ~KVIDX__CAST(unsigned, _mm_movemask_epi8(g)) & 0xFFFFu; /* empty or deleted */
     for (; hit; hit &= hit - 1) {
       uint64_t j = (i + kvidx__ctz64(hit)) & mask;
       if (kvidx__ld(&w[j * ew]) == key) return KVIDX__CAST(uint32_t, j);
     }
-    if (free_) {
-      if (free_at) *free_at = KVIDX__CAST(uint32_t, (i + kvidx__ctz64(free_)) & mask);
+    if (open && first_free == KVIDX__NONE) first_free = KVIDX__CAST(uint32_t, (i + kvidx__ctz64(open)) & mask);
+    if (empty) {
+      if (free_at) *free_at = first_free;
       return KVIDX__NONE;
     }
-    i = (i + 16) & mask; /* 16 used places in a row: the next 16 */
+    i = (i + 16) & mask; /* no empty place in these 16: the next 16 */
   }
 }
 #endif
@@ -1669,6 +1729,7 @@ KVIDX__PRIV void kvidx__map_prefetch(const kvidx__map *m, uint64_t h, int lines)
     KVIDX__A(uint64_t) *w = kvidx__mtab_words(t) + (h & t->mask) * m->ew;
     KVIDX__PREFETCH(w);
     if (lines > 1) KVIDX__PREFETCH(w + 8);
+    if (t->ctrl) KVIDX__PREFETCH(t->ctrl + (h & t->mask));
   }
 }
 
@@ -1681,7 +1742,7 @@ KVIDX__PRIV void kvidx__map_place(const kvidx *ix, const kvidx__map *m, kvidx__m
   for (k = 0; k < m->ew; k++)
     if (k != m->occ) kvidx__st(&w[i * m->ew + k], e[k]);
   kvidx__st_rel(&w[i * m->ew + m->occ], e[m->occ]); /* readers see the rest first */
-  if (t->ctrl) kvidx__ctrl_set(t->ctrl, t->mask, i, KVIDX__CTRL_BYTE(h));
+  if (t->ctrl) kvidx__ctrl_fill(t, i, KVIDX__CTRL_BYTE(h));
   if (at) *at = KVIDX__CAST(uint32_t, i);
 }
 
@@ -1696,8 +1757,32 @@ KVIDX__PRIV void kvidx__map_retire(kvidx *ix, kvidx__map *m, kvidx__mtab *t) {
   }
 }
 
+/* Whether a drain may stop at old's free place i, leaving the places from
+ * i on in old: no entry among them would then sit past a swept home.  In a
+ * table without control bytes, a probe stops at the first free place, so
+ * any will do.  With them, a probe goes past deleted places and, inside
+ * its last 16, past empty ones: an entry's home can be before an empty
+ * place at most 15 places back.  So i must be empty, and none of the 15
+ * entries after it may have its home before i (a home past the entry, in
+ * a table of at most 16 places, counts as before: it only drains on). */
+KVIDX__PRIV int kvidx__drain_can_stop(const kvidx *ix, const kvidx__map *m, const kvidx__mtab *o, uint64_t i) {
+  KVIDX__A(uint64_t) *w = kvidx__mtab_words(o);
+  uint64_t k, mask = o->mask;
+  int tagged = m->seq && mask <= KVIDX__TAG_MASK;
+  if (!o->ctrl) return 1;
+  if (o->ctrl[i] != 0) return 0;
+  for (k = 1; k < 16 && k <= mask; k++) {
+    uint64_t q = (i + k) & mask, v = kvidx__ld(&w[q * m->ew + m->occ]), key = kvidx__ld(&w[q * m->ew]), h;
+    if (!v) continue;
+    h = tagged ? KVIDX__TAG_HOME(v, mask) : kvidx__key_hash(ix->seed, &key, 1) & mask;
+    if (((q - h) & mask) > k) return 0; /* its home is before i */
+  }
+  return 1;
+}
+
 /* Writer: move old's entries into tab, sweeping at least `budget` places,
- * then on to the next free place (see the picture above). */
+ * then on to the next free place where it may stop (see the picture
+ * above). */
 KVIDX__PRIV void kvidx__map_drain(kvidx *ix, kvidx__map *m, uint64_t budget) {
   kvidx__mtab *o = kvidx__ld(&m->old), *t = kvidx__ld(&m->tab);
   KVIDX__A(uint64_t) *w, *tw;
@@ -1716,24 +1801,31 @@ KVIDX__PRIV void kvidx__map_drain(kvidx *ix, kvidx__map *m, uint64_t budget) {
   at = m->drained;
   end = m->drain_from;
   stop = size - at < budget ? size : at + budget; /* then on to the next free place */
-  if (ew == 2 && m->kw == 1 && occ == 1 && !m->shared && !o->ctrl && !t->ctrl) {
-    /* seq tables without control bytes, the common case, straight.  No
+  if (ew == 2 && m->kw == 1 && occ == 1 && !m->shared) {
+    /* seq tables of two-word entries, the common case, straight.  No
      * branch on whether a place is used while the budget lasts (the
      * loop waits on branches, not memory): a free place's "move" goes to a
-     * stand-in that stays free (W16 C16384's events 0.92x-0.94x the time). */
+     * stand-in that stays free (W16 C16384's events 0.92x-0.94x the time).
+     * An entry's control byte moves with it (old's, or from its hash). */
     uint64_t seed = ix->seed; /* locals: the atomics below pin fields in memory */
     int tagged = m->seq && tmask <= KVIDX__TAG_MASK;
     KVIDX__A(uint64_t) spare[2], *p;
     kvidx__st(&spare[1], KVIDX__CAST(uint64_t, 0));
     for (; at < size; at++) {
-      KVIDX__A(uint64_t) *x = w + 2 * ((end + at) & omask);
+      uint64_t xi = (end + at) & omask;
+      KVIDX__A(uint64_t) *x = w + 2 * xi;
       uint64_t v = kvidx__ld(&x[1]), k0 = kvidx__ld(&x[0]), j;
-      if (at >= stop && !v) break; /* stop before a free place: no cluster is cut */
+      if (at >= stop && !v && kvidx__drain_can_stop(ix, m, o, xi)) break;
       j = tagged ? KVIDX__TAG_HOME(v, tmask) : kvidx__mix(k0 ^ seed) & tmask;
       for (p = v ? tw + 2 * j : spare; kvidx__ld(&p[1]); p = tw + 2 * j) j = (j + 1) & tmask;
       kvidx__st(&p[0], k0);
       kvidx__st(&p[1], v);
       kvidx__st(&x[1], KVIDX__CAST(uint64_t, 0));
+      if (v && (t->ctrl || o->ctrl)) {
+        unsigned char b = o->ctrl ? o->ctrl[xi] : KVIDX__CTRL_BYTE(kvidx__mix(k0 ^ seed));
+        if (t->ctrl) kvidx__ctrl_fill(t, j, b);
+        if (o->ctrl) kvidx__ctrl_set(o->ctrl, omask, xi, 0);
+      }
     }
   } else {
     for (; at < size; at++) { /* also a small seq table on either side: map_place writes tab's byte */
@@ -1744,7 +1836,7 @@ KVIDX__PRIV void kvidx__map_drain(kvidx *ix, kvidx__map *m, uint64_t budget) {
         kvidx__st(&x[occ], KVIDX__CAST(uint64_t, 0));
         if (o->ctrl) kvidx__ctrl_set(o->ctrl, omask, (end + at) & omask, 0);
         if (m->shared) KVIDX_TEST_HOOK(ix, 9); /* an entry between the tables */
-      } else if (at >= stop) {
+      } else if (at >= stop && kvidx__drain_can_stop(ix, m, o, (end + at) & omask)) {
         break;
       }
     }
@@ -1799,7 +1891,8 @@ KVIDX__PRIV kvidx__mtab *kvidx__mtab_new(kvidx *ix, const kvidx__map *m, uint64_
   void *w;
   if (!t) return NULL;
   t->ctrl = NULL;
-  if (kvidx__ctrl_wanted(ix, m, slots) &&
+  t->tombs = 0;
+  if (kvidx__ctrl_wanted(ix, m) &&
       !(t->ctrl = KVIDX__CAST(unsigned char *, kvidx__alloc_zeroed(ix, KVIDX__CTRL_SIZE(slots))))) {
     kvidx__free(ix, t, sizeof *t);
     return NULL;
@@ -1837,7 +1930,7 @@ KVIDX__PRIV int kvidx__map_reserve(kvidx *ix, kvidx__map *m, uint64_t extra) {
     t = kvidx__ld(&m->tab);
     slots = t->mask + 1;
   }
-  if (need * 4 <= slots * 3) {
+  if ((need + (t ? t->tombs : 0)) * 4 <= slots * 3) { /* deleted places fill it too: then rebuilt */
     if (!ix->buffer_mode && !m->next && !kvidx__ld(&m->old) && need * 16 > slots * 11 &&
         kvidx__mtab_bytes(slots, m->ew) >= KVIDX_TEST_DRAIN_STEP * 1024u && 2 * slots <= KVIDX__MAP_SLOTS_MAX &&
         kvidx__mtab_bytes(2 * slots, m->ew) <= KVIDX__SIZE_MAX &&
@@ -1897,22 +1990,21 @@ KVIDX__PRIV uint32_t kvidx__map_insert(kvidx *ix, kvidx__map *m, const uint64_t 
  * h: the key's hash. */
 KVIDX__PRIV void kvidx__map_put_at(kvidx__map *m, uint32_t at, const uint64_t *e, uint64_t h) {
   KVIDX__A(uint64_t) *w = kvidx__map_at(m, at);
-  const kvidx__mtab *t = kvidx__map_tab_of(m, at);
+  kvidx__mtab *t = kvidx__map_tab_of(m, at);
   uint32_t k;
   for (k = 0; k < m->ew; k++)
     if (k != m->occ) kvidx__st(&w[k], e[k]);
   kvidx__st_rel(&w[m->occ], e[m->occ]);
-  if (t->ctrl) kvidx__ctrl_set(t->ctrl, t->mask, at & ~KVIDX__OLD, KVIDX__CTRL_BYTE(h));
+  if (t->ctrl) kvidx__ctrl_fill(t, at & ~KVIDX__OLD, KVIDX__CTRL_BYTE(h));
   m->n++;
 }
 
 /* Backward-shift deletion in a table of two-word entries whose word 1 marks
- * a place used, the place i just emptied (its control byte too, if the
- * table has them: ctrl): later entries of its cluster whose home is not in
- * (i, j] move back.  The home comes from an entry's tag in a seq table of
- * at most 2^16 places (tagged), else from hashing its key. */
-KVIDX__HOT void kvidx__shift_back2(KVIDX__A(uint64_t) *w, unsigned char *ctrl, uint64_t i, uint64_t mask, uint64_t seed,
-                                   int tagged) {
+ * a place used (and no control bytes), the place i just emptied: later
+ * entries of its cluster whose home is not in (i, j] move back.  The home
+ * comes from an entry's tag in a seq table of at most 2^16 places (tagged),
+ * else from hashing its key. */
+KVIDX__HOT void kvidx__shift_back2(KVIDX__A(uint64_t) *w, uint64_t i, uint64_t mask, uint64_t seed, int tagged) {
   uint64_t j, v;
   for (j = (i + 1) & mask; (v = kvidx__ld(&w[2 * j + 1])) != 0; j = (j + 1) & mask) {
     uint64_t h = tagged ? KVIDX__TAG_HOME(v, mask) : kvidx__mix(kvidx__ld(&w[2 * j]) ^ seed) & mask;
@@ -1920,7 +2012,6 @@ KVIDX__HOT void kvidx__shift_back2(KVIDX__A(uint64_t) *w, unsigned char *ctrl, u
       kvidx__st(&w[2 * i], kvidx__ld(&w[2 * j]));
       kvidx__st(&w[2 * i + 1], v);
       kvidx__st(&w[2 * j + 1], KVIDX__CAST(uint64_t, 0));
-      if (ctrl) kvidx__ctrl_move(ctrl, mask, i, j);
       i = j;
     }
   }
@@ -1937,9 +2028,10 @@ KVIDX__PRIV void kvidx__map_delete(kvidx *ix, kvidx__map *m, uint32_t at) {
     kvidx__fence_rel();
   }
   kvidx__st(&w[i * ew + occ], KVIDX__CAST(uint64_t, 0));
-  if (t->ctrl) kvidx__ctrl_set(t->ctrl, mask, i, 0);
-  if (ew == 2 && kw == 1 && occ == 1 && !shared) { /* seq tables: the common case, straight */
-    kvidx__shift_back2(w, t->ctrl, i, mask, seed, m->seq && mask <= KVIDX__TAG_MASK);
+  if (t->ctrl) { /* no shift (see the control bytes above) */
+    kvidx__ctrl_erase(t, i);
+  } else if (ew == 2 && kw == 1 && occ == 1 && !shared) { /* seq tables: the common case, straight */
+    kvidx__shift_back2(w, i, mask, seed, m->seq && mask <= KVIDX__TAG_MASK);
   } else {
     for (j = (i + 1) & mask; kvidx__ld(&w[j * ew + occ]); j = (j + 1) & mask) {
       uint64_t key[2], h;
@@ -1950,7 +2042,6 @@ KVIDX__PRIV void kvidx__map_delete(kvidx *ix, kvidx__map *m, uint32_t at) {
       if (((j - h) & mask) >= ((j - i) & mask)) { /* j's home is not in (i, j]: move it back */
         for (k = 0; k < ew; k++) kvidx__st(&w[i * ew + k], kvidx__ld(&w[j * ew + k]));
         kvidx__st(&w[j * ew + occ], KVIDX__CAST(uint64_t, 0));
-        if (t->ctrl) kvidx__ctrl_move(t->ctrl, mask, i, j);
         i = j;
       }
     }
@@ -1965,7 +2056,7 @@ KVIDX__PRIV void kvidx__map_delete(kvidx *ix, kvidx__map *m, uint32_t at) {
  * and stride are taken once. */
 typedef struct {
   kvidx__map *m;
-  const kvidx__mtab *t;
+  kvidx__mtab *t;
   KVIDX__A(uint64_t) *w;
   uint64_t mask, ew;
   int draining; /* a growth drains: probes and puts go through the map's code */
@@ -1985,6 +2076,7 @@ KVIDX__HOT void kvidx__seqview_prefetch(const kvidx__seqview *v, uint64_t h, int
   KVIDX__A(uint64_t) *w = v->w + (h & v->mask) * v->ew;
   KVIDX__PREFETCH(w);
   if (lines > 1) KVIDX__PREFETCH(w + 8);
+  if (v->t->ctrl) KVIDX__PREFETCH(v->t->ctrl + (h & v->mask));
 }
 
 /* The place holding seq (hash h), or KVIDX__NONE and (free_at) where an
@@ -1997,15 +2089,15 @@ KVIDX__HOT uint32_t kvidx__seqview_find(const kvidx__seqview *v, uint64_t seq, u
  * index without eviction in the table inserts go to, straight; others as
  * any map's. */
 KVIDX__HOT void kvidx__seq_delete(kvidx *ix, kvidx__map *m, uint32_t at) {
-  const kvidx__mtab *t = kvidx__ld(&m->tab);
+  kvidx__mtab *t = kvidx__ld(&m->tab);
   KVIDX__A(uint64_t) *w = kvidx__mtab_words(t);
   if (m->ew != 2 || (at & KVIDX__OLD) || !m->seq) {
     kvidx__map_delete(ix, m, at);
     return;
   }
   kvidx__st(&w[2 * KVIDX__CAST(uint64_t, at) + 1], KVIDX__CAST(uint64_t, 0));
-  if (t->ctrl) kvidx__ctrl_set(t->ctrl, t->mask, at, 0);
-  kvidx__shift_back2(w, t->ctrl, at, t->mask, ix->seed, t->mask <= KVIDX__TAG_MASK);
+  if (t->ctrl) kvidx__ctrl_erase(t, at);
+  else kvidx__shift_back2(w, at, t->mask, ix->seed, t->mask <= KVIDX__TAG_MASK);
   m->n--;
 }
 
@@ -3375,7 +3467,7 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
       KVIDX__A(uint64_t) *w = sv.w + 2 * KVIDX__CAST(size_t, free_at);
       kvidx__st(&w[0], b[i].seq);
       kvidx__st_rel(&w[1], pos);
-      if (sv.t->ctrl) kvidx__ctrl_set(sv.t->ctrl, sv.mask, free_at, KVIDX__CTRL_BYTE(h));
+      if (sv.t->ctrl) kvidx__ctrl_fill(sv.t, free_at, KVIDX__CTRL_BYTE(h));
       sl->seqs.n++;
     }
     sl->blocks++;
@@ -4528,17 +4620,25 @@ KVIDX__PRIV int kvidx__check_multi(kvidx *ix) { /* after the subtraction every c
 }
 
 /* A table's control bytes: there exactly when kvidx__ctrl_wanted, each
- * place's byte from its key's hash (0 when free), the first 16 again after
- * the last. */
+ * used place's byte from its key's hash, a free one's 0 or deleted (as many
+ * deleted as counted, with the entries at most 3/4 of the places), the
+ * first 16 again after the last; no table without them has deleted places.
+ * (kvidx__check_map finds every entry by probing: the probes' rule holds.) */
 KVIDX__PRIV int kvidx__check_ctrl(kvidx *ix, const kvidx__map *m, const kvidx__mtab *t) {
-  uint64_t i, n = t->mask + 1;
-  KVIDX__CHK(!t->ctrl == !kvidx__ctrl_wanted(ix, m, n));
-  if (!t->ctrl) return 0;
+  uint64_t i, n = t->mask + 1, tombs = 0;
+  KVIDX__CHK(!t->ctrl == !kvidx__ctrl_wanted(ix, m));
+  if (!t->ctrl) return t->tombs != 0;
   for (i = 0; i < n; i++) {
     KVIDX__A(uint64_t) *e = kvidx__mtab_words(t) + i * m->ew;
     uint64_t key = kvidx__ld(&e[0]);
-    KVIDX__CHK(t->ctrl[i] == (kvidx__ld(&e[m->occ]) ? KVIDX__CTRL_BYTE(kvidx__key_hash(ix->seed, &key, 1)) : 0));
+    if (kvidx__ld(&e[m->occ])) {
+      KVIDX__CHK(t->ctrl[i] == KVIDX__CTRL_BYTE(kvidx__key_hash(ix->seed, &key, 1)));
+    } else {
+      KVIDX__CHK(t->ctrl[i] == 0 || t->ctrl[i] == KVIDX__CTRL_DELETED);
+      tombs += t->ctrl[i] == KVIDX__CTRL_DELETED;
+    }
   }
+  KVIDX__CHK(tombs == t->tombs && (kvidx__ld(&m->old) == t || (m->n + tombs) * 4 <= n * 3));
   for (i = 0; i < 16; i++) KVIDX__CHK(t->ctrl[n + i] == t->ctrl[i & t->mask]);
   return 0;
 }

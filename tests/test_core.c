@@ -1112,6 +1112,8 @@ int main(int argc, char **argv) {
   CHECK_EQ(t_hint_kept(), 0);
   CHECK_EQ(t_seq_tags(), 0);
   CHECK_EQ(t_ctrl_collisions(), 0);
+  CHECK_EQ(t_ctrl_tombstones(), 0);
+  CHECK_EQ(t_ctrl_drain_stop(), 0);
   CHECK_EQ(t_check_restores(), 0);
   for (k = 0; k < 3; k++) {
     for (j = 0; j < 4; j++) {

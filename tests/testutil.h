@@ -68,7 +68,9 @@ int t_detached(void);          /* holes do not pin their ancestors (test_impl.c)
 int t_failed_store_shrinks(void); /* a failed store gives grown runs their length back (test_impl.c) */
 int t_hint_kept(void);          /* the walk's hint survives a branch let go of (test_impl.c) */
 int t_seq_tags(void);           /* seq-table entries' hash tags, both regimes (test_impl.c) */
-int t_ctrl_collisions(void);    /* small seq tables' control bytes under crafted collisions (test_impl.c) */
+int t_ctrl_collisions(void);    /* seq tables' control bytes under crafted collisions (test_impl.c) */
+int t_ctrl_drain_stop(void);    /* a growth's sweep leaves no entry past a swept home (test_impl.c) */
+int t_ctrl_tombstones(void);    /* deleted places: made, reused, dropped by a rebuild (test_impl.c) */
 int t_check_restores(void);     /* the checker puts back what it took apart, also on failure (test_impl.c) */
 
 /* A snapshot stream in memory: kvidx_snapshot_write / _read callbacks. */
