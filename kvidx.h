@@ -38,10 +38,10 @@
  *   KVIDX_NO_THREADS      single-threaded build: plain loads/stores instead of
  *                         atomics; no concurrent readers allowed.
  *   KVIDX_NO_SIMD         no SSE2 intrinsics (<emmintrin.h>): worker seq
- *                         tables probe place by place and delete by backward
- *                         shift like every other map (same answers; the
- *                         control bytes are used only with SSE2 and GCC or
- *                         Clang).
+ *                         tables and the holdings map probe place by place
+ *                         and delete by backward shift like every other map
+ *                         (same answers; the control bytes are used only
+ *                         with SSE2 and GCC or Clang).
  *   KVIDX_WORKERS_MAX     hard upper bound of cfg.max_workers (default 4096, at
  *                         most 65535); a query's scratch (a hit record per
  *                         possible worker, the result sort) lives on the stack.
@@ -161,7 +161,7 @@
  *                matched at once by a probe, and a deletion moves nothing:
  *                the place becomes empty, or deleted where a probe may
  *                have passed it (section 2, the Swiss tables' rule).
- *   Per (worker, run), one shared "holds" map:
+ *   Per (worker, run), one shared "holds" map (control bytes as above):
  *     held bits (u64: a run has at most 64 blocks), multi bits (positions the
  *     worker holds under >= 2 seqs, counted exactly in the "multi" map),
  *     the worker's index in the run's holder list, device bits (tiers).
@@ -325,7 +325,8 @@
  *          every seq table, with deletion that moves nothing (empty or
  *          deleted places, Swiss-table style, rebuilt when deleted places
  *          would fill a table past 3/4): whole replays 0.87x-0.89x (W16
- *          C2048), 0.94x (W16 C16384), 0.82x (W64 F16).
+ *          C2048), 0.94x (W16 C16384), 0.82x (W64 F16); the holdings map
+ *          too (0.98x-0.99x more on the W16 C2048 files).
  *   0.1.0  first release: hashing, reference model, radix and positional
  *          indexes, caller-buffer mode, seqlock reader path, event ids,
  *          storage tiers, eviction policies and TTL mode, dumps and binary
@@ -1428,15 +1429,18 @@ KVIDX__PRIV uint32_t kvidx__chunk_alloc(kvidx *ix, unsigned c) {
  * Entries of `ew` atomic u64 words, the key in the first `kw`; word `occ` is
  * never 0 in a used entry (so 0 marks a free place).  Linear probing from a
  * home keyed by the index's random seed (crafted keys cannot build long
- * probe chains), at most 3/4 full, backward-shift deletion.  Worker seq
- * tables add a control byte per place, 16 compared at once, and delete
- * without the shift (below).  Lookups there are nearly all hits, and once
+ * probe chains), at most 3/4 full, backward-shift deletion.  The maps
+ * only the writer probes with one-word keys (the worker seq tables, the
+ * holdings) add a control byte per place, 16 compared at once, and delete
+ * without the shift (below; the holdings 0.98x-0.99x the time on the W16
+ * C2048 files).  Lookups in the seq tables are nearly all hits, and once
  * the tables take several MiB a probe misses on the bytes and again on the
  * place (both lines asked for ahead); what pays for that is the deletion
  * (session 28; session 26's prototype of Swiss-table groups for every map:
- * 1.07x-1.78x the time).  The shared maps stay plain: readers probe
- * them, and a reader-safe deletion without the shift would need their
- * seqlock around probes that pass deleted places.
+ * 1.07x-1.78x the time).  The child map stays plain: readers probe it,
+ * and a reader-safe deletion without the shift would need its seqlock
+ * around probes that pass deleted places; so do the small two-word-key
+ * maps (worker slots, multiplicities).
  *
  * Growth is incremental, so no call pays for a whole rehash.  The grown
  * table becomes `tab` (every insert goes there) and the previous one `old`;
@@ -1539,8 +1543,9 @@ KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__map_at(const kvidx__map *m, uint32_t at) 
   return kvidx__mtab_words(kvidx__map_tab_of(m, at)) + KVIDX__CAST(size_t, at & ~KVIDX__OLD) * m->ew;
 }
 
-/* Control bytes: a worker's seq table (outside caller-buffer mode, with
- * SSE2) keeps a byte per place: 0 when the place is empty, 1 when it is
+/* Control bytes: a worker's seq table, and the holdings map (the writer's
+ * maps with one-word keys; outside caller-buffer mode, with SSE2), keep a
+ * byte per place: 0 when the place is empty, 1 when it is
  * deleted, else 0x80 | the top 7 bits of its key's hash; then the first 16
  * bytes again, so 16 bytes from any home are one unaligned load:
  *
@@ -1569,7 +1574,7 @@ KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__map_at(const kvidx__map *m, uint32_t at) 
  * linear probing with backward-shift deletion, like every other map. */
 /* Whether map m's tables keep control bytes. */
 KVIDX__PRIV int kvidx__ctrl_wanted(const kvidx *ix, const kvidx__map *m) {
-  return KVIDX__CTRL && m->seq && !ix->buffer_mode;
+  return KVIDX__CTRL && m->kw == 1 && !m->shared && !ix->buffer_mode;
 }
 
 KVIDX__HOT void kvidx__ctrl_set(unsigned char *ctrl, uint64_t mask, uint64_t i, unsigned char b) {
@@ -1652,6 +1657,9 @@ KVIDX__PRIV uint32_t kvidx__mtab_probe(const kvidx__map *m, const kvidx__mtab *t
   KVIDX__A(uint64_t) *w = kvidx__mtab_words(t);
   uint64_t i, ew = m->ew, occ = m->occ;
   uint32_t k;
+#if KVIDX__CTRL
+  if (t->ctrl) return kvidx__mtab_probe_ctrl(t, ew, key[0], h, free_at); /* one-word keys */
+#endif
   for (i = h & t->mask;; i = (i + 1) & t->mask) {
     KVIDX__A(uint64_t) *e = w + i * ew;
     if (!kvidx__ld(&e[occ])) {
