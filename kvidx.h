@@ -2356,6 +2356,7 @@ KVIDX__PRIV int kvidx__score_net16(kvidx_score *a, size_t n, const uint16_t *ord
   uint64_t key[16];
   kvidx_score placed[16];
   size_t i;
+  int wrong = 0;
   for (i = 0; i < 16; i++) /* places past n sort last */
     key[i] = i < n ? KVIDX__CAST(uint64_t, 0xFFFFFFFFu - a[i].depth) << 32 | KVIDX__CAST(uint64_t, order[i]) << 4 | i
                    : ~KVIDX__CAST(uint64_t, 0);
@@ -2380,8 +2381,12 @@ KVIDX__PRIV int kvidx__score_net16(kvidx_score *a, size_t n, const uint16_t *ord
   KVIDX__CSWAP(9, 10); KVIDX__CSWAP(11, 12); KVIDX__CSWAP(13, 14);
 #undef KVIDX__CSWAP
   for (i = 0; i < n; i++) placed[i] = a[key[i] & 15];
-  for (i = 1; i < n; i++)
-    if (!kvidx__score_before(&placed[i - 1], &placed[i])) return 0;
+  for (i = 1; i < n; i++) { /* depths are in order by the keys; ties by id must be too */
+    const kvidx_score *x = &placed[i - 1], *y = &placed[i];
+    wrong |= (x->depth == y->depth) &
+             !(x->worker_id < y->worker_id || (x->worker_id == y->worker_id && x->dp_rank < y->dp_rank));
+  }
+  if (wrong) return 0;
   memcpy(a, placed, n * sizeof *a);
   return 1;
 }
