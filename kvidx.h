@@ -2366,19 +2366,24 @@ KVIDX__PRIV int kvidx__score_net16(kvidx_score *a, size_t n, const uint16_t *ord
     key[i] = x_ < y_ ? x_ : y_;                           \
     key[j] = x_ < y_ ? y_ : x_;                           \
   } while (0)
-  KVIDX__CSWAP(0, 1); KVIDX__CSWAP(2, 3); KVIDX__CSWAP(0, 2); KVIDX__CSWAP(1, 3); KVIDX__CSWAP(1, 2);
-  KVIDX__CSWAP(4, 5); KVIDX__CSWAP(6, 7); KVIDX__CSWAP(4, 6); KVIDX__CSWAP(5, 7); KVIDX__CSWAP(5, 6);
-  KVIDX__CSWAP(0, 4); KVIDX__CSWAP(2, 6); KVIDX__CSWAP(2, 4); KVIDX__CSWAP(1, 5); KVIDX__CSWAP(3, 7);
-  KVIDX__CSWAP(3, 5); KVIDX__CSWAP(1, 2); KVIDX__CSWAP(3, 4); KVIDX__CSWAP(5, 6); KVIDX__CSWAP(8, 9);
-  KVIDX__CSWAP(10, 11); KVIDX__CSWAP(8, 10); KVIDX__CSWAP(9, 11); KVIDX__CSWAP(9, 10); KVIDX__CSWAP(12, 13);
-  KVIDX__CSWAP(14, 15); KVIDX__CSWAP(12, 14); KVIDX__CSWAP(13, 15); KVIDX__CSWAP(13, 14); KVIDX__CSWAP(8, 12);
-  KVIDX__CSWAP(10, 14); KVIDX__CSWAP(10, 12); KVIDX__CSWAP(9, 13); KVIDX__CSWAP(11, 15); KVIDX__CSWAP(11, 13);
-  KVIDX__CSWAP(9, 10); KVIDX__CSWAP(11, 12); KVIDX__CSWAP(13, 14); KVIDX__CSWAP(0, 8); KVIDX__CSWAP(4, 12);
-  KVIDX__CSWAP(4, 8); KVIDX__CSWAP(2, 10); KVIDX__CSWAP(6, 14); KVIDX__CSWAP(6, 10); KVIDX__CSWAP(2, 4);
-  KVIDX__CSWAP(6, 8); KVIDX__CSWAP(10, 12); KVIDX__CSWAP(1, 9); KVIDX__CSWAP(5, 13); KVIDX__CSWAP(5, 9);
-  KVIDX__CSWAP(3, 11); KVIDX__CSWAP(7, 15); KVIDX__CSWAP(7, 11); KVIDX__CSWAP(3, 5); KVIDX__CSWAP(7, 9);
-  KVIDX__CSWAP(11, 13); KVIDX__CSWAP(1, 2); KVIDX__CSWAP(3, 4); KVIDX__CSWAP(5, 6); KVIDX__CSWAP(7, 8);
-  KVIDX__CSWAP(9, 10); KVIDX__CSWAP(11, 12); KVIDX__CSWAP(13, 14);
+  /* sort 4 at b; merge the sorted 4s at b and b + 4 */
+#define KVIDX__SORT4(b) \
+  KVIDX__CSWAP(b, b + 1); KVIDX__CSWAP(b + 2, b + 3); KVIDX__CSWAP(b, b + 2); KVIDX__CSWAP(b + 1, b + 3); \
+  KVIDX__CSWAP(b + 1, b + 2)
+#define KVIDX__MERGE8(b) \
+  KVIDX__CSWAP(b, b + 4); KVIDX__CSWAP(b + 2, b + 6); KVIDX__CSWAP(b + 2, b + 4); KVIDX__CSWAP(b + 1, b + 5); \
+  KVIDX__CSWAP(b + 3, b + 7); KVIDX__CSWAP(b + 3, b + 5); KVIDX__CSWAP(b + 1, b + 2); KVIDX__CSWAP(b + 3, b + 4); \
+  KVIDX__CSWAP(b + 5, b + 6)
+  KVIDX__SORT4(0); KVIDX__SORT4(4); KVIDX__MERGE8(0); /* the first 8 */
+  KVIDX__SORT4(8); KVIDX__SORT4(12); KVIDX__MERGE8(8); /* the last 8 */
+  /* merge the two 8s: the evens, the odds, then neighbours */
+  KVIDX__CSWAP(0, 8); KVIDX__CSWAP(4, 12); KVIDX__CSWAP(4, 8); KVIDX__CSWAP(2, 10); KVIDX__CSWAP(6, 14);
+  KVIDX__CSWAP(6, 10); KVIDX__CSWAP(2, 4); KVIDX__CSWAP(6, 8); KVIDX__CSWAP(10, 12); KVIDX__CSWAP(1, 9);
+  KVIDX__CSWAP(5, 13); KVIDX__CSWAP(5, 9); KVIDX__CSWAP(3, 11); KVIDX__CSWAP(7, 15); KVIDX__CSWAP(7, 11);
+  KVIDX__CSWAP(3, 5); KVIDX__CSWAP(7, 9); KVIDX__CSWAP(11, 13); KVIDX__CSWAP(1, 2); KVIDX__CSWAP(3, 4);
+  KVIDX__CSWAP(5, 6); KVIDX__CSWAP(7, 8); KVIDX__CSWAP(9, 10); KVIDX__CSWAP(11, 12); KVIDX__CSWAP(13, 14);
+#undef KVIDX__MERGE8
+#undef KVIDX__SORT4
 #undef KVIDX__CSWAP
   for (i = 0; i < n; i++) placed[i] = a[key[i] & 15];
   for (i = 1; i < n; i++) { /* depths are in order by the keys; ties by id must be too */
