@@ -326,7 +326,9 @@
  *          deleted places, Swiss-table style, rebuilt when deleted places
  *          would fill a table past 3/4): whole replays 0.87x-0.89x (W16
  *          C2048), 0.94x (W16 C16384), 0.82x (W64 F16); the holdings map
- *          too (0.98x-0.99x more on the W16 C2048 files).
+ *          too (0.98x-0.99x more on the W16 C2048 files); a place no
+ *          probe goes past (homes from the tags) empty, not deleted
+ *          (0.87x-0.96x more there).
  *   0.1.0  first release: hashing, reference model, radix and positional
  *          indexes, caller-buffer mode, seqlock reader path, event ids,
  *          storage tiers, eviction policies and TTL mode, dumps and binary
@@ -1561,12 +1563,17 @@ KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__map_at(const kvidx__map *m, uint32_t at) 
  * without an empty place.  A deletion keeps that true without moving
  * anything: the place becomes empty when the used places around it make a
  * row of fewer than 16 (no probe ever read 16 bytes from it without an
- * empty one), else deleted: probes go past it, inserts reuse it, and a
- * reservation counts it as used, so a table whose deleted places would
- * take it past 3/4 is rebuilt at its size without them (a drain like a
- * growth's).  At the files' loads deleted places are rare and the backward
- * shift, with its mispredicted exit, is gone (W16 C2048's events
- * 0.87x-0.89x the time; W64 F16, with 3.3M removals, 0.82x).  A growth's
+ * empty one), or, in a seq table whose tags give each entry's home, when
+ * no entry after it has it in 16 bytes its probe reads before its own
+ * last 16 (only entries 16 or more places past their home can: the scan
+ * goes through the row and 15 places past its end); else deleted: probes
+ * go past it, inserts reuse it, and a reservation counts it as used, so a
+ * table whose deleted places would take it past 3/4 is rebuilt at its
+ * size without them (a drain like a growth's).  The backward shift, with
+ * its mispredicted exit, is gone (W16 C2048's events 0.87x-0.89x the time;
+ * W64 F16, with 3.3M removals, 0.82x); the scan then spared most deleted
+ * places and the rebuilds they forced (W16 C2048 0.87x-0.96x more, W64
+ * F16 1.00x-1.03x).  A growth's
  * sweep may stop only at an empty place with no entry in the 15 after it
  * whose home it swept (kvidx__drain_can_stop).  The price is a byte per
  * place (2 bytes per held block at the files' loads).  Without control
@@ -1602,12 +1609,35 @@ KVIDX__HOT unsigned kvidx__ctrl_empties(const unsigned char *p) {
 #endif
 }
 
+/* Whether a probe may go past free place i of table t (map m) on its way
+ * to an entry after it: i is in 16 bytes that probe reads before the 16
+ * holding the entry (see above).  Homes come from the seq tables' tags
+ * (tables of at most 2^16 places); without them, assume so. */
+KVIDX__HOT int kvidx__ctrl_passed(const kvidx__map *m, const kvidx__mtab *t, uint64_t i) {
+  KVIDX__A(uint64_t) *w = kvidx__mtab_words(t);
+  uint64_t mask = t->mask, k, end = mask;
+  if (!m->seq || mask > KVIDX__TAG_MASK) return 1; /* no tags: assume so */
+  for (k = 1; k <= end; k++) {
+    uint64_t q = (i + k) & mask, v, h, d;
+    if (!t->ctrl[q]) {
+      if (end == mask) end = k + 15 < mask ? k + 15 : mask; /* past the first empty place, 15 more */
+      continue;
+    }
+    if (!(v = kvidx__ld(&w[q * m->ew + 1]))) continue; /* deleted */
+    h = KVIDX__TAG_HOME(v, mask);
+    d = (q - h) & mask;
+    if (((i - h) & mask) < (d & ~KVIDX__CAST(uint64_t, 15))) return 1; /* i is in 16 its probe goes past */
+  }
+  return 0;
+}
+
 /* Free place i (still marked used) of a table with control bytes: empty if
  * the used places around it make a row of fewer than 16, so that no 16
- * bytes a probe reads past held it used; else deleted, which probes go
- * past and inserts reuse.  Tables of at most 16 places: a probe's 16 bytes
- * cover them all, so always empty. */
-KVIDX__HOT void kvidx__ctrl_erase(kvidx__mtab *t, uint64_t i) {
+ * bytes a probe reads past held it used, or if no probe goes past it
+ * (kvidx__ctrl_passed); else deleted, which probes go past and inserts
+ * reuse.  Tables of at most 16 places: a probe's 16 bytes cover them all,
+ * so always empty. */
+KVIDX__HOT void kvidx__ctrl_erase(const kvidx__map *m, kvidx__mtab *t, uint64_t i) {
   uint64_t mask = t->mask;
   unsigned before, after;
   unsigned char b = 0;
@@ -1615,7 +1645,7 @@ KVIDX__HOT void kvidx__ctrl_erase(kvidx__mtab *t, uint64_t i) {
     before = kvidx__ctrl_empties(t->ctrl + ((i - 16) & mask)); /* places i-16 .. i-1 (the copy: no wrap) */
     after = kvidx__ctrl_empties(t->ctrl + i);                   /* places i .. i+15 */
     /* the row of used places around i: ctz(after) from i on, 15 - log2(before) just before it */
-    if (!before || !after || kvidx__ctz64(after) + 15 - kvidx__log2(before) >= 16) {
+    if ((!before || !after || kvidx__ctz64(after) + 15 - kvidx__log2(before) >= 16) && kvidx__ctrl_passed(m, t, i)) {
       b = KVIDX__CTRL_DELETED;
       t->tombs++;
     }
@@ -2039,7 +2069,7 @@ KVIDX__PRIV void kvidx__map_delete(kvidx *ix, kvidx__map *m, uint32_t at) {
   }
   kvidx__st(&w[i * ew + occ], KVIDX__CAST(uint64_t, 0));
   if (t->ctrl) { /* no shift (see the control bytes above) */
-    kvidx__ctrl_erase(t, i);
+    kvidx__ctrl_erase(m, t, i);
   } else if (ew == 2 && kw == 1 && occ == 1 && !shared) { /* seq tables: the common case, straight */
     kvidx__shift_back2(w, i, mask, seed, m->seq && mask <= KVIDX__TAG_MASK);
   } else {
@@ -2106,7 +2136,7 @@ KVIDX__HOT void kvidx__seq_delete(kvidx *ix, kvidx__map *m, uint32_t at) {
     return;
   }
   kvidx__st(&w[2 * KVIDX__CAST(uint64_t, at) + 1], KVIDX__CAST(uint64_t, 0));
-  if (t->ctrl) kvidx__ctrl_erase(t, at);
+  if (t->ctrl) kvidx__ctrl_erase(m, t, at);
   else kvidx__shift_back2(w, at, t->mask, ix->seed, t->mask <= KVIDX__TAG_MASK);
   m->n--;
 }

@@ -839,43 +839,52 @@ int t_ctrl_collisions(void) {
 
 /* Deleted places in a seq table with control bytes (section 2).  T_TOMB_N
  * seqs share one home and byte under the index's seed (the table's last
- * place), so they make a row of T_TOMB_N used places; T_TOMB_FILL more in
- * one chain bring the table to 128 places.  Removals from the row's middle
- * leave deleted places (with fewer than 16 used around, they would be
- * empty), a store reuses one, and a store that would fill the table past
- * 3/4 counting them rebuilds it at the same size without them.  Every
- * status, answer and kvidx__check agrees with the reference after each
- * step; a KVIDX_NO_SIMD build runs the same steps without control bytes.
- * The number of failed checks. */
+ * place), so they make a row of T_TOMB_N used places; T_TOMB_FILL more,
+ * homed far from the row, bring the table to 128 places.  A freed place
+ * stays "deleted" only where a later entry's probe reads it in 16 bytes
+ * before its own last 16: removals from the row's first 32 places leave
+ * deleted places (the row's last entries, 32 and more past their home,
+ * pass them), removals from its last 16 leave empty ones.  A store reuses
+ * a deleted place, and one that would fill the table past 3/4 counting
+ * them rebuilds it at the same size without them.  Every status, answer
+ * and kvidx__check agrees with the reference after each step; a
+ * KVIDX_NO_SIMD build runs the same steps without control bytes.  The
+ * number of failed checks. */
 #define T_TOMB_N 48
 #define T_TOMB_FILL 20
+#define T_TOMB_NEW 45
 static int t_tomb_same(const kvidx *ix, const kvidx *ref, const uint64_t *loc) {
   uint32_t i;
   int fails = 0;
   for (i = 0; i < T_TOMB_N; i++) fails += t_same_answers(ix, ref, &loc[i], 1);
-  fails += t_same_answers(ix, ref, &loc[T_TOMB_N], T_TOMB_FILL + 30);
+  fails += t_same_answers(ix, ref, &loc[T_TOMB_N], T_TOMB_FILL + T_TOMB_NEW);
   TD(kvidx__check(ix) == 0);
   return fails;
 }
 
 int t_ctrl_tombstones(void) {
   static const int kinds[2] = {KVIDX_POSITIONAL, KVIDX_RADIX};
+  enum { ALL = T_TOMB_N + T_TOMB_FILL + T_TOMB_NEW };
   kvidx *ix, *ref;
-  kvidx_block b[T_TOMB_N + T_TOMB_FILL + 30];
-  uint64_t loc[T_TOMB_N + T_TOMB_FILL + 30], cand, h, parent;
+  kvidx_block b[ALL];
+  uint64_t loc[ALL], cand, h, parent;
   uint32_t i, n;
   int k, had_ctrl, fails = 0;
   for (k = 0; k < 2; k++) {
     kvidx__map *m;
     const kvidx__mtab *t;
     if (t_with_ref(kinds[k], &ix, &ref)) return fails + 1;
-    for (cand = 1, n = 0; n < T_TOMB_N; cand++) {
+    for (cand = 1, n = 0; n < T_TOMB_N; cand++) { /* the row */
       h = kvidx__key_hash(ix->seed, &cand, 1);
       if ((h & 0xFFF) == 0xFFF && (h >> 57) == 0x15) b[n++].seq = cand;
     }
-    for (i = 0; i < T_TOMB_N + T_TOMB_FILL + 30; i++) {
+    for (cand = (uint64_t)1 << 40; n < T_TOMB_N + T_TOMB_FILL; cand++) { /* homes 64-95 of 128 */
+      h = kvidx__key_hash(ix->seed, &cand, 1);
+      if ((h & 0x60) == 0x40) b[n++].seq = cand;
+    }
+    for (i = 0; i < ALL; i++) {
       loc[i] = b[i].local = 7000 + i;
-      if (i >= T_TOMB_N) b[i].seq = (uint64_t)1 << 40 | i; /* anywhere */
+      if (i >= T_TOMB_N + T_TOMB_FILL) b[i].seq = (uint64_t)1 << 41 | i; /* anywhere */
     }
     for (i = 0; i < T_TOMB_N; i++) /* the row: single root blocks */
       TD(kvidx_store(ix, 4, 0, NULL, &b[i], 1) == kvidx_store(ref, 4, 0, NULL, &b[i], 1));
@@ -886,23 +895,23 @@ int t_ctrl_tombstones(void) {
     t = kvidx__ld(&m->tab);
     TD(t->mask + 1 == 128 && t->tombs == 0 && (!KVIDX__CTRL || t->ctrl != NULL));
     fails += t_tomb_same(ix, ref, loc);
-    for (i = 10; i < 14; i++) /* four from the row's middle */
+    for (i = 10; i < 14; i++) /* four from the row's first 16: deleted */
       TD(kvidx_remove(ix, 4, 0, &b[i].seq, 1) == kvidx_remove(ref, 4, 0, &b[i].seq, 1));
     TD(kvidx__ld(&m->tab) == t && t->tombs == (t->ctrl ? 4u : 0u));
     fails += t_tomb_same(ix, ref, loc);
     TD(kvidx_store(ix, 4, 0, NULL, &b[11], 1) == kvidx_store(ref, 4, 0, NULL, &b[11], 1)); /* one back */
     TD(kvidx__ld(&m->tab) == t && t->tombs == (t->ctrl ? 3u : 0u));
     fails += t_tomb_same(ix, ref, loc);
-    for (i = 20; i < 46; i++) /* 26 more: 39 entries and 29 deleted places */
+    for (i = 20; i < 46; i++) /* 26 more: 12 deleted (places 20-31), 14 empty (32-45) */
       TD(kvidx_remove(ix, 4, 0, &b[i].seq, 1) == kvidx_remove(ref, 4, 0, &b[i].seq, 1));
-    TD(kvidx__ld(&m->tab) == t && m->n == 39 && t->tombs == (t->ctrl ? 29u : 0u));
+    TD(kvidx__ld(&m->tab) == t && m->n == 39 && t->tombs == (t->ctrl ? 15u : 0u));
     fails += t_tomb_same(ix, ref, loc);
     had_ctrl = t->ctrl != NULL; /* t goes with the rebuild */
-    /* 30 new blocks: 69 entries and 29 deleted places would pass 96 of 128 */
+    /* 45 new blocks: 84 entries and 15 deleted places would pass 96 of 128 */
     parent = b[T_TOMB_N + T_TOMB_FILL - 1].seq;
-    TD(kvidx_store(ix, 4, 0, &parent, &b[T_TOMB_N + T_TOMB_FILL], 30) == KVIDX_OK);
-    TD(kvidx_store(ref, 4, 0, &parent, &b[T_TOMB_N + T_TOMB_FILL], 30) == KVIDX_OK);
-    TD(m->n == 69 && kvidx__ld(&m->tab)->mask + 1 == 128 && kvidx__ld(&m->tab)->tombs == 0);
+    TD(kvidx_store(ix, 4, 0, &parent, &b[T_TOMB_N + T_TOMB_FILL], T_TOMB_NEW) == KVIDX_OK);
+    TD(kvidx_store(ref, 4, 0, &parent, &b[T_TOMB_N + T_TOMB_FILL], T_TOMB_NEW) == KVIDX_OK);
+    TD(m->n == 84 && kvidx__ld(&m->tab)->mask + 1 == 128 && kvidx__ld(&m->tab)->tombs == 0);
     TD(!had_ctrl || kvidx__ld(&m->tab) != t); /* rebuilt (without control bytes it had room) */
     fails += t_tomb_same(ix, ref, loc);
     TD(kvidx_remove_worker(ix, 4) == kvidx_remove_worker(ref, 4));
