@@ -992,7 +992,7 @@ typedef struct kvidx__mtab { /* a map's table: this header and its entries */
   uint64_t mask, bytes;         /* bytes: of the entries                      */
   KVIDX__A(uint64_t) *words;    /* the entries, an allocation of their own so
                                    a table of 2^k places fills a size class  */
-  unsigned char *ctrl;          /* a small seq table's control bytes (see the
+  unsigned char *ctrl;          /* control bytes (a seq table's, the holdings'
                                    map section), or NULL: writer-only, so plain */
   uint64_t tombs;               /* with ctrl: places marked deleted         */
   struct kvidx__mtab *retired;
@@ -1570,8 +1570,8 @@ KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__map_at(const kvidx__map *m, uint32_t at) 
  * go past it, inserts reuse it, and a reservation counts it as used, so a
  * table whose deleted places would take it past 3/4 is rebuilt at its
  * size without them (a drain like a growth's).  The backward shift, with
- * its mispredicted exit, is gone (W16 C2048's events 0.87x-0.89x the time;
- * W64 F16, with 3.3M removals, 0.82x); the scan then spared most deleted
+ * its mispredicted exit, is gone (W16 C2048's whole replays 0.87x-0.89x
+ * the time; W64 F16, with 3.3M removals, 0.82x); the scan then spared most deleted
  * places and the rebuilds they forced (W16 C2048 0.87x-0.96x more, W64
  * F16 1.00x-1.03x).  A growth's
  * sweep may stop only at an empty place with no entry in the 15 after it
@@ -1609,22 +1609,32 @@ KVIDX__HOT unsigned kvidx__ctrl_empties(const unsigned char *p) {
 #endif
 }
 
+/* The home of the entry at place q of table t (v: its `occ` word): from
+ * its tag in a seq table of at most 2^16 places, else from its key's hash
+ * (control bytes are only on maps with one-word keys). */
+KVIDX__HOT uint64_t kvidx__home_at(const kvidx *ix, const kvidx__map *m, const kvidx__mtab *t, uint64_t q, uint64_t v) {
+  uint64_t key;
+  if (m->seq && t->mask <= KVIDX__TAG_MASK) return KVIDX__TAG_HOME(v, t->mask);
+  key = kvidx__ld(&kvidx__mtab_words(t)[q * m->ew]);
+  return kvidx__key_hash(ix->seed, &key, 1) & t->mask;
+}
+
 /* Whether a probe may go past free place i of table t (map m) on its way
  * to an entry after it: i is in 16 bytes that probe reads before the 16
  * holding the entry (see above).  Homes come from the seq tables' tags
  * (tables of at most 2^16 places); without them, assume so. */
-KVIDX__HOT int kvidx__ctrl_passed(const kvidx__map *m, const kvidx__mtab *t, uint64_t i) {
+KVIDX__HOT int kvidx__ctrl_passed(const kvidx *ix, const kvidx__map *m, const kvidx__mtab *t, uint64_t i) {
   KVIDX__A(uint64_t) *w = kvidx__mtab_words(t);
   uint64_t mask = t->mask, k, end = mask;
-  if (!m->seq || mask > KVIDX__TAG_MASK) return 1; /* no tags: assume so */
+  if (!m->seq || mask > KVIDX__TAG_MASK) return 1; /* no tags: assume so (hashing every key scanned) */
   for (k = 1; k <= end; k++) {
     uint64_t q = (i + k) & mask, v, h, d;
     if (!t->ctrl[q]) {
       if (end == mask) end = k + 15 < mask ? k + 15 : mask; /* past the first empty place, 15 more */
       continue;
     }
-    if (!(v = kvidx__ld(&w[q * m->ew + 1]))) continue; /* deleted */
-    h = KVIDX__TAG_HOME(v, mask);
+    if (!(v = kvidx__ld(&w[q * m->ew + m->occ]))) continue; /* deleted */
+    h = kvidx__home_at(ix, m, t, q, v);
     d = (q - h) & mask;
     if (((i - h) & mask) < (d & ~KVIDX__CAST(uint64_t, 15))) return 1; /* i is in 16 its probe goes past */
   }
@@ -1637,7 +1647,7 @@ KVIDX__HOT int kvidx__ctrl_passed(const kvidx__map *m, const kvidx__mtab *t, uin
  * (kvidx__ctrl_passed); else deleted, which probes go past and inserts
  * reuse.  Tables of at most 16 places: a probe's 16 bytes cover them all,
  * so always empty. */
-KVIDX__HOT void kvidx__ctrl_erase(const kvidx__map *m, kvidx__mtab *t, uint64_t i) {
+KVIDX__HOT void kvidx__ctrl_erase(const kvidx *ix, const kvidx__map *m, kvidx__mtab *t, uint64_t i) {
   uint64_t mask = t->mask;
   unsigned before, after;
   unsigned char b = 0;
@@ -1645,7 +1655,7 @@ KVIDX__HOT void kvidx__ctrl_erase(const kvidx__map *m, kvidx__mtab *t, uint64_t 
     before = kvidx__ctrl_empties(t->ctrl + ((i - 16) & mask)); /* places i-16 .. i-1 (the copy: no wrap) */
     after = kvidx__ctrl_empties(t->ctrl + i);                   /* places i .. i+15 */
     /* the row of used places around i: ctz(after) from i on, 15 - log2(before) just before it */
-    if ((!before || !after || kvidx__ctz64(after) + 15 - kvidx__log2(before) >= 16) && kvidx__ctrl_passed(m, t, i)) {
+    if ((!before || !after || kvidx__ctz64(after) + 15 - kvidx__log2(before) >= 16) && kvidx__ctrl_passed(ix, m, t, i)) {
       b = KVIDX__CTRL_DELETED;
       t->tombs++;
     }
@@ -1808,14 +1818,11 @@ KVIDX__PRIV void kvidx__map_retire(kvidx *ix, kvidx__map *m, kvidx__mtab *t) {
 KVIDX__PRIV int kvidx__drain_can_stop(const kvidx *ix, const kvidx__map *m, const kvidx__mtab *o, uint64_t i) {
   KVIDX__A(uint64_t) *w = kvidx__mtab_words(o);
   uint64_t k, mask = o->mask;
-  int tagged = m->seq && mask <= KVIDX__TAG_MASK;
   if (!o->ctrl) return 1;
   if (o->ctrl[i] != 0) return 0;
   for (k = 1; k < 16 && k <= mask; k++) {
-    uint64_t q = (i + k) & mask, v = kvidx__ld(&w[q * m->ew + m->occ]), key = kvidx__ld(&w[q * m->ew]), h;
-    if (!v) continue;
-    h = tagged ? KVIDX__TAG_HOME(v, mask) : kvidx__key_hash(ix->seed, &key, 1) & mask;
-    if (((q - h) & mask) > k) return 0; /* its home is before i */
+    uint64_t q = (i + k) & mask, v = kvidx__ld(&w[q * m->ew + m->occ]);
+    if (v && ((q - kvidx__home_at(ix, m, o, q, v)) & mask) > k) return 0; /* its home is before i */
   }
   return 1;
 }
@@ -1868,7 +1875,7 @@ KVIDX__PRIV void kvidx__map_drain(kvidx *ix, kvidx__map *m, uint64_t budget) {
       }
     }
   } else {
-    for (; at < size; at++) { /* also a small seq table on either side: map_place writes tab's byte */
+    for (; at < size; at++) { /* also tables with control bytes: map_place writes tab's byte */
       KVIDX__A(uint64_t) *x = w + ((end + at) & omask) * ew;
       if (kvidx__ld(&x[occ])) {
         for (k = 0; k < ew; k++) e[k] = kvidx__ld(&x[k]);
@@ -2069,7 +2076,7 @@ KVIDX__PRIV void kvidx__map_delete(kvidx *ix, kvidx__map *m, uint32_t at) {
   }
   kvidx__st(&w[i * ew + occ], KVIDX__CAST(uint64_t, 0));
   if (t->ctrl) { /* no shift (see the control bytes above) */
-    kvidx__ctrl_erase(m, t, i);
+    kvidx__ctrl_erase(ix, m, t, i);
   } else if (ew == 2 && kw == 1 && occ == 1 && !shared) { /* seq tables: the common case, straight */
     kvidx__shift_back2(w, i, mask, seed, m->seq && mask <= KVIDX__TAG_MASK);
   } else {
@@ -2136,7 +2143,7 @@ KVIDX__HOT void kvidx__seq_delete(kvidx *ix, kvidx__map *m, uint32_t at) {
     return;
   }
   kvidx__st(&w[2 * KVIDX__CAST(uint64_t, at) + 1], KVIDX__CAST(uint64_t, 0));
-  if (t->ctrl) kvidx__ctrl_erase(m, t, at);
+  if (t->ctrl) kvidx__ctrl_erase(ix, m, t, at);
   else kvidx__shift_back2(w, at, t->mask, ix->seed, t->mask <= KVIDX__TAG_MASK);
   m->n--;
 }
