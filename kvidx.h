@@ -53,8 +53,10 @@
  *                         at each child-map probe (step 0, blocks 0) and
  *                         each run it reads (step 1: the run a probe found,
  *                         2: the run a hint named; blocks: how many of the
- *                         run's blocks the query matched).  kvidx-bench
- *                         --walk-floor counts them in a copy of its own.
+ *                         run's blocks the query matched), and between the
+ *                         two passes that put a set of workers in order
+ *                         (step 3, blocks 0).  kvidx-bench --walk-floor
+ *                         counts them in a copy of its own.
  *   KVIDX_TEST_GEN_STEP   test-only: how far each slot assignment advances the
  *                         64-bit slot generation (default 1).
  *   KVIDX_TEST_HOOK(ix, where)  test-only: called inside writer critical
@@ -267,10 +269,17 @@
  *          turn's partial block was: W16 C16384 p99 0.86x); along a chain
  *          the walk also asks for the records two and four ids on.
  *          Worker slots carry a hint of their place in (worker_id,
- *          dp_rank) order: answers of more than 16 workers are placed by
- *          it, checked, instead of sorted; answers of at most 16 go
- *          through a sorting network on (depth, hint) keys, checked too
- *          (W16 files' p99 0.90x-0.97x).
+ *          dp_rank) order and its inverse.  In a fleet of at most 64
+ *          slots the walk keeps, per depth, the set of workers that stop
+ *          there (one word) and emits the sets when it ends, deepest
+ *          first, each put in order by the hints in two passes over its
+ *          bits: answers come out in final order, unsorted (W16 C2048's
+ *          query time 0.82x-0.96x, W64 F16's median query 0.75x).  A
+ *          seqlock over the hints and the slots they miss tell when a
+ *          racing writer moved them: then an insertion sort.  Larger
+ *          fleets' answers are placed by the hints, checked, answers of
+ *          at most 16 go through a sorting network on (depth, hint)
+ *          keys, checked too.
  *          Store and remove paths: an element's address is one bit scan,
  *          the store cursor keeps its run's record, seq tables probe,
  *          drain and delete with loops of their own (12-15% fewer
@@ -1056,7 +1065,9 @@ typedef struct {
                                ones by (id, rank); written outside the
                                seqlock (every slot's shifts when one comes
                                or goes), so readers check what it sorts  */
-  uint32_t pad_;
+  KVIDX__A(uint32_t) at_order; /* the inverse, also a hint: the slot whose
+                               order is this slot's index (the walk emits
+                               a set of workers in that order)             */
 } kvidx__ident;
 
 /* A worker slot: the writer's per-worker state. */
@@ -1124,6 +1135,7 @@ struct kvidx {
   kvidx__map slot_map;         /* (worker_id, dp_rank + 1) -> slot         */
   uint32_t slot_memo[KVIDX__SLOT_MEMO]; /* kvidx__slot_of's: slots by (id, rank) */
   uint32_t slot_free, slots_used;
+  KVIDX__A(uint32_t) order_ver; /* seqlock over every slot's order hints  */
   KVIDX__A(uint64_t) gen;      /* slot assignments so far                  */
   KVIDX__A(uint32_t) nw_live;  /* bitset words that can hold a live slot   */
   /* shared storage */
@@ -2184,6 +2196,9 @@ typedef struct {
   size_t esz, cap, n, total;
   int heap;
   int ordered;    /* every score so far came with its slot's order hint */
+  int grouped;    /* 2: came in final order (kvidx__stopped); 1: nearly
+                     (order hints changed or stale); 0: in any order    */
+  uint32_t order_ver; /* the hints' seqlock when the walk began            */
   uint64_t gen;   /* slot generation when the query started */
   uint16_t order[KVIDX__SORT_BUF]; /* the hints, by place in out */
 } kvidx__sink;
@@ -2260,7 +2275,7 @@ KVIDX__PRIV void kvidx__sink_push_slow(kvidx__sink *k, uint64_t id, uint32_t ran
     kvidx__sink_put(k, k->n++, &sc);
     return;
   }
-  k->ordered = 0; /* the heap moves scores around */
+  k->ordered = k->grouped = 0; /* the heap moves scores around */
   if (!k->heap) {
     size_t i = k->n / 2;
     while (i--) kvidx__sift(k, i);
@@ -2433,12 +2448,25 @@ KVIDX__PRIV int kvidx__score_net16(kvidx_score *a, size_t n, const uint16_t *ord
   return 1;
 }
 
+/* Put the scores in final order.  The walk's need nothing when the order
+ * hints held (kvidx__stopped): a fleet's answer took a quarter of W16
+ * C2048's query time to sort.  Nearly ordered ones (hints that changed
+ * during the query) get an insertion sort: O(n + pairs out of order), and
+ * small code, which a rare path needs (the sorting network, cold, cost a
+ * query ~300 ns).  Others: plain scores by their order hints, checked, else
+ * by comparison. */
 KVIDX__PRIV size_t kvidx__sink_finish(kvidx__sink *k) {
-  if (k->n < 2) return k->total; /* also: no output array at all (cap 0) */
-  if (k->esz != sizeof(kvidx_score)) qsort(k->out, k->n, k->esz, kvidx__score_cmp);
-  else if (!k->ordered || !(k->n <= 16 ? kvidx__score_net16(KVIDX__SC(k, 0), k->n, k->order)
-                                       : kvidx__score_place(KVIDX__SC(k, 0), k->n, k->order)))
+  size_t i, j;
+  if (k->n < 2 || k->grouped == 2) return k->total; /* also: no output array at all (cap 0) */
+  if (k->grouped == 1) {
+    for (i = 1; i < k->n; i++)
+      for (j = i; j > 0 && kvidx__score_before(KVIDX__SC(k, j), KVIDX__SC(k, j - 1)); j--) kvidx__sink_swap(k, j, j - 1);
+  } else if (k->esz != sizeof(kvidx_score)) {
+    qsort(k->out, k->n, k->esz, kvidx__score_cmp);
+  } else if (!k->ordered || !(k->n <= 16 ? kvidx__score_net16(KVIDX__SC(k, 0), k->n, k->order)
+                                         : kvidx__score_place(KVIDX__SC(k, 0), k->n, k->order))) {
     kvidx__score_sort(KVIDX__SC(k, 0), k->n); /* stale hints: by comparison */
+  }
   return k->total;
 }
 
@@ -2449,6 +2477,7 @@ KVIDX__PRIV void kvidx__sink_init(kvidx__sink *k, void *out, size_t esz, size_t 
   k->n = k->total = 0;
   k->heap = 0;
   k->ordered = 1;
+  k->grouped = 0; /* the walk says otherwise (kvidx__find) */
   k->gen = 0;
 }
 
@@ -2513,12 +2542,15 @@ KVIDX__PRIV int kvidx__ident_before(const kvidx *ix, uint32_t a, uint32_t b) {
   return xi != yi ? xi < yi : kvidx__ld(&x->rank) < kvidx__ld(&y->rank);
 }
 
-/* Keep the order hints (see kvidx__score_place) when slot s comes (came 1)
- * or goes (came 0): the live workers after it in (id, rank) order move one
- * place.  O(slots), once per worker arriving or leaving. */
+/* Keep the order hints (see kvidx__score_place) and their inverse
+ * (at_order, see kvidx__emit_set) when slot s comes (came 1) or goes (came
+ * 0): the live workers after it in (id, rank) order move one place.
+ * O(slots), once per worker arriving or leaving. */
 KVIDX__PRIV void kvidx__order_update(kvidx *ix, uint32_t s, int came) {
   uint32_t t, end = kvidx__ld(&ix->nw_live) * 64, place = 0, mine = kvidx__ld(&ix->idents[s].order);
   if (end > ix->max_workers) end = ix->max_workers;
+  kvidx__st(&ix->order_ver, kvidx__ld(&ix->order_ver) + 1);
+  kvidx__fence_rel(); /* odd before any hint changes */
   for (t = 0; t < end; t++) {
     KVIDX__A(uint32_t) *o = &ix->idents[t].order;
     if (t == s || !ix->slots[t].used) continue;
@@ -2528,8 +2560,15 @@ KVIDX__PRIV void kvidx__order_update(kvidx *ix, uint32_t s, int came) {
     } else if (kvidx__ld(o) > mine) {
       kvidx__st(o, kvidx__ld(o) - 1);
     }
+    KVIDX_TEST_HOOK(ix, 11); /* hints half rewritten */
   }
   if (came) kvidx__st(&ix->idents[s].order, place);
+  for (t = 0; t < end; t++) /* the live slots' places (< max_workers) */
+    if (t == s ? came != 0 : ix->slots[t].used != 0) {
+      kvidx__st(&ix->idents[kvidx__ld(&ix->idents[t].order)].at_order, t);
+      KVIDX_TEST_HOOK(ix, 11);
+    }
+  kvidx__st_rel(&ix->order_ver, kvidx__ld(&ix->order_ver) + 1);
 }
 
 /* A slot for a new worker; the caller checked one is free and reserved the map. */
@@ -3757,6 +3796,98 @@ KVIDX__HOT void kvidx__emit_slot(const kvidx *ix, kvidx__sink *k, uint32_t s, si
   }
 }
 
+/* Emit every slot of `set` (nw words; cleared here) at one depth.  With at
+ * most 64 slots in use (one word), in (id, rank) order as the order hints
+ * tell: each slot's hint marks a bit of a second word, read back through
+ * at_order, so the set is placed in two passes over its bits with no
+ * comparison.  Hints may be stale: each slot is emitted once whatever they
+ * say (its bit cleared), ones they missed after them in slot order, and
+ * the scores are then only nearly in order.  Larger fleets: slot order. */
+KVIDX__PRIV void kvidx__emit_set(const kvidx *ix, kvidx__sink *k, uint64_t *set, uint32_t nw, size_t depth,
+                                 const uint32_t *dev) {
+  kvidx *mix = KVIDX__MUT(ix);
+  uint32_t w, s, h, lim = ix->max_workers < 64 ? ix->max_workers : 64;
+  if (nw == 1) {
+    uint64_t left = set[0], placed = 0, b;
+    for (b = left; b; b &= b - 1) {
+      h = kvidx__ld(&mix->idents[kvidx__ctz64(b)].order);
+      placed |= KVIDX__CAST(uint64_t, h < lim) << (h & 63);
+    }
+    KVIDX_TEST_WALK(ix, 3, 0);
+    for (; placed; placed &= placed - 1) {
+      s = kvidx__ld(&mix->idents[kvidx__ctz64(placed)].at_order);
+      if (s < lim && (left >> s & 1)) {
+        left &= ~(KVIDX__CAST(uint64_t, 1) << s);
+        kvidx__emit_slot(ix, k, s, depth, dev ? dev[s] : 0);
+      }
+    }
+    if (left && k->grouped) k->grouped = 1; /* stale hints */
+    set[0] = left;
+  }
+  for (w = 0; w < nw; w++)
+    for (; set[w]; set[w] &= set[w] - 1) {
+      s = w * 64 + kvidx__ctz64(set[w]);
+      kvidx__emit_slot(ix, k, s, depth, dev ? dev[s] : 0);
+    }
+}
+
+/* The workers a walk saw stop, by depth: the sets that stop at one depth
+ * (one 64-bit word: a fleet of at most 64 slots), depths ascending.  Each
+ * slot stops once, so there are at most 64.  The walk emits them when it
+ * ends, deepest first (kvidx__stopped_emit): in final order, no sorting.
+ * Larger fleets emit as they go (kvidx__emit_set) and sort at the end. */
+typedef struct {
+  uint64_t set[64];
+  size_t depth[64];
+  uint32_t n;
+} kvidx__stopped;
+
+/* Workers (`set`, nw words, not empty; cleared) that stopped at `depth`,
+ * no less than any before. */
+KVIDX__PRIV void kvidx__stopped_add(const kvidx *ix, kvidx__sink *k, kvidx__stopped *st, uint64_t *set, uint32_t nw,
+                                    size_t depth, const uint32_t *dev) {
+  if (nw == 1 && st->n && st->depth[st->n - 1] == depth) {
+    st->set[st->n - 1] |= set[0];
+    set[0] = 0;
+  } else if (nw == 1 && st->n < 64) {
+    st->set[st->n] = set[0];
+    st->depth[st->n++] = depth;
+    set[0] = 0;
+  } else { /* a larger fleet (or no room, which a consistent walk never meets) */
+    if (nw == 1 && k->grouped) k->grouped = 1;
+    kvidx__emit_set(ix, k, set, nw, depth, dev);
+  }
+}
+
+KVIDX__PRIV void kvidx__stopped_emit(const kvidx *ix, kvidx__sink *k, kvidx__stopped *st, const uint32_t *dev) {
+  while (st->n) {
+    st->n--;
+    kvidx__emit_set(ix, k, &st->set[st->n], 1, st->depth[st->n], dev);
+  }
+}
+
+/* One holder seen in a run: slot | cutoff << 16 | device blocks << 24. */
+#define KVIDX__HIT(s, cut, dev) ((s) | (cut) << 16 | (dev) << 24)
+
+/* The holders of a run (hits) that stop inside it (cutoff < m), more than
+ * one: a set per cutoff, cutoffs ascending. */
+KVIDX__PRIV void kvidx__stopped_hits(const kvidx *ix, kvidx__sink *k, kvidx__stopped *st, const uint32_t *hits,
+                                     uint32_t nhits, uint32_t m, uint32_t nw, size_t p, const uint32_t *dev) {
+  uint64_t set[KVIDX__NW_MAX];
+  uint32_t j, lo = 0, cut;
+  for (;;) {
+    uint32_t c = m; /* the least cutoff >= lo */
+    for (j = 0; j < nhits; j++)
+      if ((cut = (hits[j] >> 16) & 0xFFu) >= lo && cut < c) c = cut;
+    if (c == m) return;
+    memset(set, 0, nw * sizeof(uint64_t));
+    for (j = 0; j < nhits; j++)
+      if (((hits[j] >> 16) & 0xFFu) == c) set[(hits[j] & 0xFFFFu) >> 6] |= KVIDX__CAST(uint64_t, 1) << (hits[j] & 63);
+    kvidx__stopped_add(ix, k, st, set, nw, p + c, dev);
+    lo = c + 1;
+  }
+}
+
 /* Reader: ask for the lines of a run's locals from word `from` on and of
  * its holder list, all at once (the walk reads them in turn). */
 KVIDX__PRIV void kvidx__warm_chunks(KVIDX__A(uint64_t) *lw, uint32_t from, uint32_t len, KVIDX__A(uint64_t) *hp,
@@ -3821,14 +3952,13 @@ KVIDX__HOT uint32_t kvidx__match_len(KVIDX__A(uint64_t) *lw, const uint64_t *q, 
   return m;
 }
 
-/* One holder seen in a run: slot | cutoff << 16 | device blocks << 24. */
-#define KVIDX__HIT(s, cut, dev) ((s) | (cut) << 16 | (dev) << 24)
-
 /* Walk the query from the root.  act: workers still matching (nw words). */
 KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *loc, size_t n, kvidx__sink *k,
                              uint32_t *dev) {
   kvidx *ix = KVIDX__MUT(cix);
-  uint64_t act[KVIDX__NW_MAX], seen[KVIDX__NW_MAX], next[KVIDX__NW_MAX];
+  uint64_t act[KVIDX__NW_MAX], seen[KVIDX__NW_MAX], next[KVIDX__NW_MAX], any;
+  uint32_t stops, stop = 0;
+  kvidx__stopped stopped;
   uint32_t hits[KVIDX_WORKERS_MAX];
   uint32_t nw = rc->nw, r, w, hw = ix->hw, first = 1, prev = KVIDX__NONE, poff = 0, nhits = 0, m = 0, j, kids = 0;
   uint32_t len = 0, cont = KVIDX__NONE, cont_off = 0, hinted = 0; /* hinted: r is the last run's cont, not the child map's */
@@ -3836,6 +3966,7 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
   uint32_t ahead1 = KVIDX__NONE, ahead2 = KVIDX__NONE; /* the cont chain past r, being warmed */
   size_t p = 0, warmed = 8; /* the query's locals asked for below here (its first line is read at once) */
   if (!n) return;
+  stopped.n = 0;
   memset(act, 0, nw * sizeof(uint64_t));
   kvidx__warm_query(loc, n, 0, &warmed);
   r = kvidx__child_probe(ix, rc, KVIDX__NONE, 0, loc[0]);
@@ -3944,21 +4075,25 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
       }
     }
     hinted = 0;
-    /* commit the copy: holders stop inside the run or go on; the others of
-     * act stopped where the run begins */
-    for (j = 0; j < nhits; j++) {
+    /* commit the copy: the workers of act not seen here stopped where the
+     * run begins, holders stop inside it or go on (emitted so, depths
+     * ascend) */
+    for (any = 0, w = 0; w < nw; w++) any |= seen[w] = act[w] & ~seen[w];
+    if (any) kvidx__stopped_add(ix, k, &stopped, seen, nw, p, dev);
+    for (stops = 0, j = 0; j < nhits; j++) {
       uint32_t s = hits[j] & 0xFFFFu, cut = (hits[j] >> 16) & 0xFFu;
       if (dev) dev[s] = (first ? 0 : dev[s]) + (hits[j] >> 24);
-      if (cut < m) kvidx__emit_slot(ix, k, s, p + cut, dev ? dev[s] : 0);
+      if (cut < m) stops++, stop = j;
     }
-    for (w = 0; w < nw; w++) {
-      uint64_t before = act[w] & ~seen[w];
-      for (; before; before &= before - 1) {
-        uint32_t s = w * 64 + kvidx__ctz64(before);
-        kvidx__emit_slot(ix, k, s, p, dev ? dev[s] : 0);
-      }
-      act[w] = next[w];
+    if (stops == 1) {
+      uint32_t s = hits[stop] & 0xFFFFu;
+      memset(seen, 0, nw * sizeof(uint64_t));
+      seen[s >> 6] = KVIDX__CAST(uint64_t, 1) << (s & 63);
+      kvidx__stopped_add(ix, k, &stopped, seen, nw, p + ((hits[stop] >> 16) & 0xFFu), dev);
+    } else if (stops) {
+      kvidx__stopped_hits(ix, k, &stopped, hits, nhits, m, nw, p, dev);
     }
+    memcpy(act, next, nw * sizeof(uint64_t));
     first = 0;
     p += m;
     if (p == n) break;
@@ -3970,11 +4105,9 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
     else if (by_hint) r = cont, hinted = 1;
     else r = kvidx__child_probe(ix, rc, r, m - 1, loc[p]);
   }
-  for (w = 0; w < nw; w++) /* still matching where the walk ended */
-    for (; act[w]; act[w] &= act[w] - 1) {
-      uint32_t s = w * 64 + kvidx__ctz64(act[w]);
-      kvidx__emit_slot(ix, k, s, p, dev ? dev[s] : 0);
-    }
+  for (any = 0, w = 0; w < nw; w++) any |= act[w];
+  if (any) kvidx__stopped_add(ix, k, &stopped, act, nw, p, dev); /* still matching where the walk ended */
+  kvidx__stopped_emit(ix, k, &stopped, dev);
 }
 
 /* ========================================================================== */
@@ -4529,15 +4662,20 @@ KVIDX__PRIV size_t kvidx__find(const kvidx *ix, const uint64_t *locals, size_t n
   if (!ix || (n && !locals)) return 0;
   kvidx__sink_init(&k, out, esz, cap);
   if (ix->kind == KVIDX_REFERENCE) return kvidx__ref_find(ix, locals, n, &k);
+  k.order_ver = kvidx__ld_acq(&KVIDX__MUT(ix)->order_ver);
+  k.grouped = k.order_ver & 1 ? 1 : 2; /* the walk's scores: see kvidx__stopped */
   k.gen = kvidx__ld_acq(&KVIDX__MUT(ix)->gen);
   rc->nw = kvidx__ld_acq(&KVIDX__MUT(ix)->nw_live);
   if (!rc->nw) return 0; /* no worker was ever assigned a slot */
+  if (rc->nw != 1) k.grouped = 0; /* emitted in slot order */
   if (esz == sizeof(kvidx_tier_score)) {
     uint32_t dev[KVIDX_WORKERS_MAX];
     kvidx__walk(ix, rc, locals, n, &k, dev);
   } else {
     kvidx__walk(ix, rc, locals, n, &k, NULL);
   }
+  kvidx__fence_acq(); /* the hints were read before this: did they hold? */
+  if (kvidx__ld(&KVIDX__MUT(ix)->order_ver) != k.order_ver && k.grouped) k.grouped = 1;
   return kvidx__sink_finish(&k);
 }
 
@@ -4892,6 +5030,8 @@ KVIDX_DEF int kvidx__check(const kvidx *cix) {
       by_place[o] = s;
     }
     for (i = 1; i < used; i++) KVIDX__CHK(kvidx__ident_before(ix, by_place[i - 1], by_place[i]));
+    for (i = 0; i < used; i++) KVIDX__CHK(kvidx__ld(&ix->idents[i].at_order) == by_place[i]); /* the inverse */
+    KVIDX__CHK((kvidx__ld(&ix->order_ver) & 1) == 0);
   }
   if ((rc = kvidx__check_map(ix, &ix->slot_map)) != 0 || (rc = kvidx__check_map(ix, &ix->children)) != 0 ||
       (rc = kvidx__check_map(ix, &ix->holds)) != 0 || (rc = kvidx__check_map(ix, &ix->multi)) != 0)

@@ -7,6 +7,9 @@
  * (KVIDX_TEST_GEN_STEP), so a handful of flapping workers crosses 2^31, 2^32
  * and 2^33 at once. */
 #define KVIDX_TEST_GEN_STEP (1ull << 30)
+struct kvidx;
+static void t_walk(const struct kvidx *ix, int step);
+#define KVIDX_TEST_WALK(ix, step, blocks) ((void)(blocks), t_walk(ix, step))
 #define KVIDX_IMPLEMENTATION
 #include "kvidx.h"
 #include <stdio.h>
@@ -133,6 +136,85 @@ static void test_score_net16(void) {
   CHECK(refused > 1000); /* most stale hints show (some leave the order right) */
 }
 
+/* Answers come out of the walk in final order, no sorting, when the order
+ * hints hold (kvidx__stopped, kvidx__emit_set): each set of workers that
+ * stop at one depth is placed by its slots' hints (pass 1) and read back
+ * through at_order (pass 2).  Between the passes (the walk's step 3) this
+ * hook plays a writer the reader raced: poke 1 swaps two at_order words
+ * and moves the hints' seqlock on, as a worker arriving meanwhile would
+ * (a torn read of its update; the walk must see the seqlock moved and
+ * sort); poke 2 points one at_order word away from its slot without
+ * touching the seqlock (a stale hint the walk must notice by the slot left
+ * over).  Each is undone after the query. */
+static int poke, poked;
+static uint32_t poke_a, poke_b;
+static void t_walk(const struct kvidx *cix, int step) {
+  kvidx *ix = (kvidx *)(uintptr_t)cix;
+  if (step != 3 || !poke || poked) return;
+  poked = 1;
+  poke_a = kvidx__ld(&ix->idents[0].at_order), poke_b = kvidx__ld(&ix->idents[1].at_order);
+  if (poke == 1) {
+    kvidx__st(&ix->idents[0].at_order, poke_b);
+    kvidx__st(&ix->idents[1].at_order, poke_a);
+    kvidx__st(&ix->order_ver, kvidx__ld(&ix->order_ver) + 2);
+  } else {
+    kvidx__st(&ix->idents[0].at_order, 63u); /* no worker's slot */
+  }
+}
+static void unpoke(kvidx *ix) {
+  if (poked) {
+    kvidx__st(&ix->idents[0].at_order, poke_a);
+    kvidx__st(&ix->idents[1].at_order, poke_b);
+  }
+  poke = poked = 0;
+}
+
+/* Workers arrive in descending id order (slot order is the reverse of id
+ * order), hold prefixes of one path; some stop inside one stored run at one
+ * depth, some at others.  Every answer, hooks or not, equals the reference
+ * kind's (the law), poked ones too; and the hooks must have run. */
+static void test_walk_order(int kind) {
+  enum { W = 14, L = 6 };
+  kvidx_config cfg, rcfg;
+  kvidx *ix, *ref;
+  uint64_t loc[L] = {31, 32, 33, 34, 35, 36}, seq[L];
+  kvidx_block b[L];
+  kvidx_score sc[W], want[W];
+  int i, p, q;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.kind = kind;
+  cfg.max_workers = 64;
+  rcfg = cfg;
+  rcfg.kind = KVIDX_REFERENCE;
+  CHECK(kvidx_create(&ix, &cfg) == KVIDX_OK && kvidx_create(&ref, &rcfg) == KVIDX_OK);
+  kvidx_seq_hashes(loc, L, seq);
+  for (i = 0; i < L; i++) b[i].local = loc[i], b[i].seq = seq[i];
+  for (i = 0; i < W - 2; i++) { /* ids 1000, 990, ..; prefixes 6, 6, 3, 3, 3, 5, 6, 1, 3, 6, 2, 4: the first stores the run */
+    static const size_t len[W - 2] = {6, 6, 3, 3, 3, 5, 6, 1, 3, 6, 2, 4};
+    uint64_t id = 1000 - 10 * (uint64_t)i;
+    CHECK(kvidx_store(ix, id, 0, NULL, b, len[i]) == KVIDX_OK && kvidx_store(ref, id, 0, NULL, b, len[i]) == KVIDX_OK);
+  }
+  for (i = 0; i < 2; i++) { /* two runs, the second below the first; then a hole at its start */
+    kvidx *t = i ? ref : ix;
+    CHECK(kvidx_store(t, 5, 0, NULL, b, 3) == KVIDX_OK && kvidx_store(t, 5, 0, &seq[2], b + 3, 3) == KVIDX_OK);
+    CHECK(kvidx_store(t, 7, 0, NULL, b, L) == KVIDX_OK && kvidx_remove(t, 7, 0, &seq[3], 1) == KVIDX_OK);
+  }
+  CHECK(kvidx__check(ix) == 0);
+  for (p = 0; p < 3; p++)
+    for (q = 1; q <= L; q++) {
+      size_t m, mr;
+      poke = p;
+      m = kvidx_find_matches(ix, loc, (size_t)q, sc, W);
+      CHECK(!p || poked); /* the hook ran between the passes */
+      unpoke(ix);
+      mr = kvidx_find_matches(ref, loc, (size_t)q, want, W);
+      CHECK(m == mr && m >= 1 && memcmp(sc, want, m * sizeof sc[0]) == 0);
+    }
+  CHECK(kvidx__check(ix) == 0);
+  kvidx_destroy(ix);
+  kvidx_destroy(ref);
+}
+
 int main(void) {
   static const int kinds[2] = {KVIDX_RADIX, KVIDX_POSITIONAL};
   int k, round;
@@ -166,6 +248,8 @@ int main(void) {
   test_order_hints(KVIDX_POSITIONAL);
   test_score_place();
   test_score_net16();
+  test_walk_order(KVIDX_RADIX);
+  test_walk_order(KVIDX_POSITIONAL);
   printf("generations and order hints: %d passed, %d failed\n", checks - fails, fails);
   return fails != 0;
 }
