@@ -271,10 +271,11 @@
  *          Worker slots carry a hint of their place in (worker_id,
  *          dp_rank) order and its inverse.  In a fleet of at most 64
  *          slots the walk keeps, per depth, the set of workers that stop
- *          there (one word) and emits the sets when it ends, deepest
- *          first, each put in order by the hints in two passes over its
- *          bits: answers come out in final order, unsorted (W16 C2048's
- *          query time 0.82x-0.96x, W64 F16's median query 0.75x).  A
+ *          there (one word) and when it ends puts every worker straight
+ *          in its place: the sets' places counted, then one pass over
+ *          the slots' hints (each marks a bit of a word, read back
+ *          through at_order): answers in final order, unsorted (W16
+ *          C2048's query time 0.82x-0.96x, W64 F16's median query 0.75x).  A
  *          seqlock over the hints and the slots they miss tell when a
  *          racing writer moved them: then an insertion sort.  Larger
  *          fleets' answers are placed by the hints, checked, answers of
@@ -1189,6 +1190,16 @@ KVIDX__PRIV unsigned kvidx__ctz64(uint64_t x) { /* x != 0 */
 #else
   unsigned c = 0;
   while (!(x & 1)) { x >>= 1; c++; }
+  return c;
+#endif
+}
+
+KVIDX__PRIV unsigned kvidx__popcount64(uint64_t x) {
+#if defined(__GNUC__) || defined(__clang__)
+  return KVIDX__CAST(unsigned, __builtin_popcountll(x));
+#else
+  unsigned c = 0;
+  for (; x; x &= x - 1) c++;
   return c;
 #endif
 }
@@ -3773,27 +3784,35 @@ KVIDX__PRIV uint32_t kvidx__child_probe(const kvidx *cix, kvidx__rctx *rc, uint3
   return KVIDX__NONE;
 }
 
-KVIDX__HOT void kvidx__emit_slot(const kvidx *ix, kvidx__sink *k, uint32_t s, size_t depth, uint32_t dev) {
+/* Reader: slot s's worker under the slot's seqlock, if it was assigned
+ * before the query began (gen: the slot generation then); 0 if not, or if
+ * the slot never held still (a later one may mix two workers' holdings). */
+KVIDX__HOT int kvidx__ident_read(const kvidx *ix, uint32_t s, uint64_t gen, uint64_t *id, uint32_t *rank,
+                                 uint32_t *order) {
   kvidx__ident *sl = &KVIDX__MUT(ix)->idents[s];
   uint32_t tries;
-  if (!depth) return;
   for (tries = 0; tries < KVIDX__MAX_TRIES; tries++) {
-    uint32_t v1 = kvidx__ld_acq(&sl->ver), rank, order;
-    uint64_t id, gen;
+    uint32_t v1 = kvidx__ld_acq(&sl->ver);
+    uint64_t g;
     if (v1 & 1) {
       kvidx__backoff(tries + 1);
       continue;
     }
-    id = kvidx__ld(&sl->id);
-    rank = kvidx__ld(&sl->rank);
-    gen = kvidx__ld(&sl->gen);
-    order = kvidx__ld(&sl->order);
+    *id = kvidx__ld(&sl->id);
+    *rank = kvidx__ld(&sl->rank);
+    g = kvidx__ld(&sl->gen);
+    *order = kvidx__ld(&sl->order);
     kvidx__fence_acq();
     if (kvidx__ld(&sl->ver) != v1) continue;
-    if (gen > k->gen) return; /* assigned after the query began: its holdings may mix two workers */
-    kvidx__sink_push(k, id, rank, depth, dev, order);
-    return;
+    return g <= gen;
   }
+  return 0;
+}
+
+KVIDX__HOT void kvidx__emit_slot(const kvidx *ix, kvidx__sink *k, uint32_t s, size_t depth, uint32_t dev) {
+  uint64_t id;
+  uint32_t rank, order;
+  if (depth && kvidx__ident_read(ix, s, k->gen, &id, &rank, &order)) kvidx__sink_push(k, id, rank, depth, dev, order);
 }
 
 /* Emit every slot of `set` (nw words; cleared here) at one depth.  With at
@@ -3859,11 +3878,76 @@ KVIDX__PRIV void kvidx__stopped_add(const kvidx *ix, kvidx__sink *k, kvidx__stop
   }
 }
 
+/* Emit the stopped sets, deepest first.  With room for all of them as
+ * plain scores, each worker goes straight to its place: the sets' places
+ * are counted first, then one pass over the order hints of all their
+ * slots puts each after the ones before it in its set (one placement for
+ * the answer, not one per set: W16 C2048's slowest queries stop in 3 sets
+ * on average).  A slot that gives no score (assigned after the query
+ * began) leaves a hole, closed at the end.  Else set by set. */
 KVIDX__PRIV void kvidx__stopped_emit(const kvidx *ix, kvidx__sink *k, kvidx__stopped *st, const uint32_t *dev) {
-  while (st->n) {
-    st->n--;
-    kvidx__emit_set(ix, k, &st->set[st->n], 1, st->depth[st->n], dev);
+  kvidx *mix = KVIDX__MUT(ix);
+  uint64_t all = 0, placed = 0, b, id;
+  size_t at[64], total = 0, i, holes = 0;
+  unsigned char in_set[64];
+  uint32_t g, s, h, rank, order, lim = ix->max_workers < 64 ? ix->max_workers : 64, top = 0;
+  kvidx_score *out;
+  if (st->n && !st->depth[0]) top = 1; /* depth 0: not reported */
+  for (g = top; g < st->n; g++) total += kvidx__popcount64(st->set[g]);
+  if (dev || k->esz != sizeof(kvidx_score) || k->cap - k->n < total) {
+    while (st->n > top) {
+      st->n--;
+      kvidx__emit_set(ix, k, &st->set[st->n], 1, st->depth[st->n], dev);
+    }
+    return;
   }
+  out = KVIDX__SC(k, 0);
+  for (i = k->n, g = st->n; g-- > top;) {
+    at[g] = i;
+    i += kvidx__popcount64(st->set[g]);
+    all |= st->set[g];
+    for (b = st->set[g]; b; b &= b - 1) in_set[kvidx__ctz64(b)] = KVIDX__CAST(unsigned char, g);
+  }
+  for (b = all; b; b &= b - 1) {
+    h = kvidx__ld(&mix->idents[kvidx__ctz64(b)].order);
+    placed |= KVIDX__CAST(uint64_t, h < lim) << (h & 63);
+  }
+  KVIDX_TEST_WALK(ix, 3, 0);
+  for (;;) {
+    for (; placed; placed &= placed - 1) {
+      s = kvidx__ld(&mix->idents[kvidx__ctz64(placed)].at_order);
+      if (s < lim && (all >> s & 1)) break;
+    }
+    if (!placed) { /* the rest (stale hints): slot order, and a sort */
+      if (!all) break;
+      s = kvidx__ctz64(all);
+      if (k->grouped) k->grouped = 1;
+    } else {
+      placed &= placed - 1;
+    }
+    all &= ~(KVIDX__CAST(uint64_t, 1) << s);
+    g = in_set[s];
+    i = at[g]++;
+    if (kvidx__ident_read(ix, s, k->gen, &id, &rank, &order)) {
+      out[i].worker_id = id;
+      out[i].dp_rank = rank;
+      out[i].depth = kvidx__depth32(st->depth[g]);
+    } else {
+      out[i].depth = 0; /* a hole */
+      holes++;
+    }
+  }
+  for (i = k->n; holes && i < k->n + total; i++) { /* close the holes, keeping the order */
+    size_t j = i;
+    if (out[i].depth) continue;
+    while (j < k->n + total && !out[j].depth) j++;
+    memmove(&out[i], &out[j], (k->n + total - j) * sizeof *out);
+    total -= j - i;
+    holes -= j - i;
+  }
+  k->n += total;
+  k->total += total;
+  st->n = 0;
 }
 
 /* One holder seen in a run: slot | cutoff << 16 | device blocks << 24. */
