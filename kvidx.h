@@ -3815,34 +3815,15 @@ KVIDX__HOT void kvidx__emit_slot(const kvidx *ix, kvidx__sink *k, uint32_t s, si
   if (depth && kvidx__ident_read(ix, s, k->gen, &id, &rank, &order)) kvidx__sink_push(k, id, rank, depth, dev, order);
 }
 
-/* Emit every slot of `set` (nw words; cleared here) at one depth.  With at
- * most 64 slots in use (one word), in (id, rank) order as the order hints
- * tell: each slot's hint marks a bit of a second word, read back through
- * at_order, so the set is placed in two passes over its bits with no
- * comparison.  Hints may be stale: each slot is emitted once whatever they
- * say (its bit cleared), ones they missed after them in slot order, and
- * the scores are then only nearly in order.  Larger fleets: slot order. */
+/* Emit every slot of `set` (nw words; cleared here) at one depth, in slot
+ * order: not the final order when there are two or more (the walk's
+ * answers in final order come from kvidx__stopped_emit; these are larger
+ * fleets', tier scores and answers that outgrow the caller's array). */
 KVIDX__PRIV void kvidx__emit_set(const kvidx *ix, kvidx__sink *k, uint64_t *set, uint32_t nw, size_t depth,
                                  const uint32_t *dev) {
-  kvidx *mix = KVIDX__MUT(ix);
-  uint32_t w, s, h, lim = ix->max_workers < 64 ? ix->max_workers : 64;
-  if (nw == 1) {
-    uint64_t left = set[0], placed = 0, b;
-    for (b = left; b; b &= b - 1) {
-      h = kvidx__ld(&mix->idents[kvidx__ctz64(b)].order);
-      placed |= KVIDX__CAST(uint64_t, h < lim) << (h & 63);
-    }
-    KVIDX_TEST_WALK(ix, 3, 0);
-    for (; placed; placed &= placed - 1) {
-      s = kvidx__ld(&mix->idents[kvidx__ctz64(placed)].at_order);
-      if (s < lim && (left >> s & 1)) {
-        left &= ~(KVIDX__CAST(uint64_t, 1) << s);
-        kvidx__emit_slot(ix, k, s, depth, dev ? dev[s] : 0);
-      }
-    }
-    if (left && k->grouped) k->grouped = 1; /* stale hints */
-    set[0] = left;
-  }
+  uint32_t w, s, many = 0;
+  for (w = 0; w < nw; w++) many += set[w] ? 1u + ((set[w] & (set[w] - 1)) != 0) : 0u;
+  if (many > 1) k->grouped = 0;
   for (w = 0; w < nw; w++)
     for (; set[w]; set[w] &= set[w] - 1) {
       s = w * 64 + kvidx__ctz64(set[w]);
