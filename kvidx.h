@@ -54,7 +54,7 @@
  *                         each run it reads (step 1: the run a probe found,
  *                         2: the run a hint named; blocks: how many of the
  *                         run's blocks the query matched), and between the
- *                         two passes that put a set of workers in order
+ *                         two passes that put the walk's answer in order
  *                         (step 3, blocks 0).  kvidx-bench --walk-floor
  *                         counts them in a copy of its own.
  *   KVIDX_TEST_GEN_STEP   test-only: how far each slot assignment advances the
@@ -1067,8 +1067,8 @@ typedef struct {
                                seqlock (every slot's shifts when one comes
                                or goes), so readers check what it sorts  */
   KVIDX__A(uint32_t) at_order; /* the inverse, also a hint: the slot whose
-                               order is this slot's index (the walk emits
-                               a set of workers in that order)             */
+                               order is this slot's index (the walk places
+                               its answer by it: kvidx__stopped_emit)      */
 } kvidx__ident;
 
 /* A worker slot: the writer's per-worker state. */
@@ -2554,7 +2554,7 @@ KVIDX__PRIV int kvidx__ident_before(const kvidx *ix, uint32_t a, uint32_t b) {
 }
 
 /* Keep the order hints (see kvidx__score_place) and their inverse
- * (at_order, see kvidx__emit_set) when slot s comes (came 1) or goes (came
+ * (at_order, see kvidx__stopped_emit) when slot s comes (came 1) or goes (came
  * 0): the live workers after it in (id, rank) order move one place.
  * O(slots), once per worker arriving or leaving. */
 KVIDX__PRIV void kvidx__order_update(kvidx *ix, uint32_t s, int came) {
@@ -4141,8 +4141,8 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
     }
     hinted = 0;
     /* commit the copy: the workers of act not seen here stopped where the
-     * run begins, holders stop inside it or go on (emitted so, depths
-     * ascend) */
+     * run begins, holders stop inside it or go on (kept in that order:
+     * depths ascend) */
     for (any = 0, w = 0; w < nw; w++) any |= seen[w] = act[w] & ~seen[w];
     if (any) kvidx__stopped_add(ix, k, &stopped, seen, nw, p, dev);
     for (stops = 0, j = 0; j < nhits; j++) {
