@@ -2654,10 +2654,13 @@ KVIDX__PRIV void kvidx__child_key(uint64_t *key, uint32_t r, uint32_t off, uint6
 
 /* Reader: ask for the child map's line where the probe for (r, off, local)
  * will start (a hint: the probe validates whatever it reads). */
-KVIDX__PRIV void kvidx__child_prefetch(const kvidx *ix, uint32_t r, uint32_t off, uint64_t local) {
-  uint64_t key[2];
+/* Ask for the child-map line of (r, off, local); returns the key's hash
+ * (the probe that follows need not hash it again). */
+KVIDX__PRIV uint64_t kvidx__child_prefetch(const kvidx *ix, uint32_t r, uint32_t off, uint64_t local) {
+  uint64_t key[2], h;
   kvidx__child_key(key, r, off, local);
-  kvidx__map_prefetch(&ix->children, kvidx__key_hash(ix->seed, key, 2), 1);
+  kvidx__map_prefetch(&ix->children, h = kvidx__key_hash(ix->seed, key, 2), 1);
+  return h;
 }
 
 KVIDX__PRIV uint32_t kvidx__child_find(const kvidx *ix, uint32_t r, uint32_t off, uint64_t local) {
@@ -3761,13 +3764,14 @@ KVIDX__PRIV uint32_t kvidx__child_scan(const kvidx__mtab *t, const uint64_t *key
 /* Reader: the run below (r, off) whose first local is `local`, or NONE.  A
  * miss is believed only if no deletion or drain step ran meanwhile and the
  * tables stayed. */
-KVIDX__PRIV uint32_t kvidx__child_probe(const kvidx *cix, kvidx__rctx *rc, uint32_t r, uint32_t off, uint64_t local) {
+KVIDX__PRIV uint32_t kvidx__child_probe(const kvidx *cix, kvidx__rctx *rc, uint32_t r, uint32_t off, uint64_t local,
+                                       uint64_t h) { /* h: the key's hash if known (kvidx__child_prefetch), else 0 */
   kvidx *ix = KVIDX__MUT(cix);
-  uint64_t key[2], h;
+  uint64_t key[2];
   uint32_t tries;
   KVIDX_TEST_WALK(cix, 0, 0);
   kvidx__child_key(key, r, off, local);
-  h = kvidx__key_hash(ix->seed, key, 2);
+  if (!h) h = kvidx__key_hash(ix->seed, key, 2);
   for (tries = 0; tries < rc->max_tries; tries++) {
     uint32_t mv = kvidx__ld_acq(&ix->children.moves), found;
     kvidx__mtab *t = kvidx__ld_acq(&ix->children.tab), *o = kvidx__ld_acq(&ix->children.old);
@@ -4023,6 +4027,7 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
   kvidx *ix = KVIDX__MUT(cix);
   uint64_t act[KVIDX__NW_MAX], seen[KVIDX__NW_MAX], next[KVIDX__NW_MAX], any;
   uint32_t stops, stop = 0;
+  uint64_t next_h = 0; /* the hash of the child-map key this run's probe will ask for, 0 if not known */
   kvidx__stopped stopped;
   uint32_t hits[KVIDX_WORKERS_MAX];
   uint32_t nw = rc->nw, r, w, hw = ix->hw, first = 1, prev = KVIDX__NONE, poff = 0, nhits = 0, m = 0, j, kids = 0;
@@ -4034,7 +4039,7 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
   stopped.n = 0;
   memset(act, 0, nw * sizeof(uint64_t));
   kvidx__warm_query(loc, n, 0, &warmed);
-  r = kvidx__child_probe(ix, rc, KVIDX__NONE, 0, loc[0]);
+  r = kvidx__child_probe(ix, rc, KVIDX__NONE, 0, loc[0], 0);
   while (r != KVIDX__NONE) {
     kvidx__run *rn = KVIDX__RCAST(kvidx__run *, kvidx__grow_get(&ix->runs, r, 1, 1));
     uint32_t tries;
@@ -4067,8 +4072,9 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
       m = kvidx__match_len(lw, loc + p, max);
       if (hinted && !m) break; /* a sibling, not the query's path: ask the child map */
       by_hint = kids == 1 && cont != KVIDX__NONE && cont_off + 1 == m;
-      if (m && p + m < n && kids && !by_hint)
-        kvidx__child_prefetch(ix, r, m - 1, loc[p + m]); /* the probe after this run: ask now, use after the holders */
+      next_h = m && p + m < n && kids && !by_hint /* the probe after this run: ask now, use after the holders */
+                   ? kvidx__child_prefetch(ix, r, m - 1, loc[p + m])
+                   : 0;
       /* seen: the holders still in the running; next: those of them that
        * go on past the run; hits: the others (each one's stop), and with
        * dev every holder seen (its device blocks).  Down a path every
@@ -4109,7 +4115,7 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
     if (ok != 1 || m == 0) {
       if (hinted) { /* the hint did not check out: ask the child map */
         hinted = 0;
-        r = kvidx__child_probe(ix, rc, prev, poff, loc[p]);
+        r = kvidx__child_probe(ix, rc, prev, poff, loc[p], 0);
         continue;
       }
       if (ok == 0) rc->gave_up = 1; /* the run never held still: give up */
@@ -4168,7 +4174,7 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
     poff = m - 1;
     if (!kids) r = KVIDX__NONE;
     else if (by_hint) r = cont, hinted = 1;
-    else r = kvidx__child_probe(ix, rc, r, m - 1, loc[p]);
+    else r = kvidx__child_probe(ix, rc, r, m - 1, loc[p], next_h);
   }
   for (any = 0, w = 0; w < nw; w++) any |= act[w];
   if (any) kvidx__stopped_add(ix, k, &stopped, act, nw, p, dev); /* still matching where the walk ended */
