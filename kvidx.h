@@ -272,7 +272,8 @@
  *          dp_rank) order and its inverse.  In a fleet of at most 64
  *          slots the walk keeps, per depth, the set of workers that stop
  *          there (one word) and when it ends puts every worker straight
- *          in its place: the sets' places counted, then one pass over
+ *          in its place (plain or tier scores): the sets' places
+ *          counted, then one pass over
  *          the slots' hints (each marks a bit of a word, read back
  *          through at_order): answers in final order, unsorted (W16
  *          C2048's query time 0.82x-0.96x, W64 F16's median query 0.75x).  A
@@ -3822,7 +3823,7 @@ KVIDX__HOT void kvidx__emit_slot(const kvidx *ix, kvidx__sink *k, uint32_t s, si
 /* Emit every slot of `set` (nw words; cleared here) at one depth, in slot
  * order: not the final order when there are two or more (the walk's
  * answers in final order come from kvidx__stopped_emit; these are larger
- * fleets', tier scores and answers that outgrow the caller's array). */
+ * fleets' and answers that outgrow the caller's array). */
 KVIDX__PRIV void kvidx__emit_set(const kvidx *ix, kvidx__sink *k, uint64_t *set, uint32_t nw, size_t depth,
                                  const uint32_t *dev) {
   uint32_t w, s, many = 0;
@@ -3863,8 +3864,8 @@ KVIDX__PRIV void kvidx__stopped_add(const kvidx *ix, kvidx__sink *k, kvidx__stop
   }
 }
 
-/* Emit the stopped sets, deepest first.  With room for all of them as
- * plain scores, each worker goes straight to its place: the sets' places
+/* Emit the stopped sets, deepest first.  With room for all of them (plain
+ * or tier scores), each worker goes straight to its place: the sets' places
  * are counted first, then one pass over the order hints of all their
  * slots puts each after the ones before it in its set (one placement for
  * the answer, not one per set: W16 C2048's slowest queries stop in 3 sets
@@ -3876,17 +3877,15 @@ KVIDX__PRIV void kvidx__stopped_emit(const kvidx *ix, kvidx__sink *k, kvidx__sto
   size_t at[64], total = 0, i, holes = 0;
   unsigned char in_set[64];
   uint32_t g, s, h, rank, order, lim = ix->max_workers < 64 ? ix->max_workers : 64, top = 0;
-  kvidx_score *out;
   if (st->n && !st->depth[0]) top = 1; /* depth 0: not reported */
   for (g = top; g < st->n; g++) total += kvidx__popcount64(st->set[g]);
-  if (dev || k->esz != sizeof(kvidx_score) || k->cap - k->n < total) {
+  if ((k->esz != sizeof(kvidx_score) && k->esz != sizeof(kvidx_tier_score)) || k->cap - k->n < total) {
     while (st->n > top) {
       st->n--;
       kvidx__emit_set(ix, k, &st->set[st->n], 1, st->depth[st->n], dev);
     }
     return;
   }
-  out = KVIDX__SC(k, 0);
   for (i = k->n, g = st->n; g-- > top;) {
     at[g] = i;
     i += kvidx__popcount64(st->set[g]);
@@ -3914,19 +3913,24 @@ KVIDX__PRIV void kvidx__stopped_emit(const kvidx *ix, kvidx__sink *k, kvidx__sto
     g = in_set[s];
     i = at[g]++;
     if (kvidx__ident_read(ix, s, k->gen, &id, &rank, &order)) {
-      out[i].worker_id = id;
-      out[i].dp_rank = rank;
-      out[i].depth = kvidx__depth32(st->depth[g]);
+      kvidx_score *sc = KVIDX__SC(k, i);
+      sc->worker_id = id;
+      sc->dp_rank = rank;
+      sc->depth = kvidx__depth32(st->depth[g]);
+      if (k->esz == sizeof(kvidx_tier_score)) {
+        KVIDX__RCAST(kvidx_tier_score *, sc)->device_blocks = dev ? dev[s] : 0;
+        KVIDX__RCAST(kvidx_tier_score *, sc)->reserved_ = 0;
+      }
     } else {
-      out[i].depth = 0; /* a hole */
+      KVIDX__SC(k, i)->depth = 0; /* a hole */
       holes++;
     }
   }
   for (i = k->n; holes && i < k->n + total; i++) { /* close the holes, keeping the order */
     size_t j = i;
-    if (out[i].depth) continue;
-    while (j < k->n + total && !out[j].depth) j++;
-    memmove(&out[i], &out[j], (k->n + total - j) * sizeof *out);
+    if (KVIDX__SC(k, i)->depth) continue;
+    while (j < k->n + total && !KVIDX__SC(k, j)->depth) j++;
+    memmove(KVIDX__SC(k, i), KVIDX__SC(k, j), (k->n + total - j) * k->esz);
     total -= j - i;
     holes -= j - i;
   }

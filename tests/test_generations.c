@@ -191,6 +191,7 @@ static void test_walk_order(int kind) {
   uint64_t loc[L] = {31, 32, 33, 34, 35, 36}, seq[L];
   kvidx_block b[L];
   kvidx_score sc[W + 2], want[W + 2]; /* room for the two coming mid-query (poke 3) */
+  kvidx_tier_score tsc[W + 2], twant[W + 2];
   int i, p, q;
   memset(&cfg, 0, sizeof cfg);
   cfg.kind = kind;
@@ -221,6 +222,12 @@ static void test_walk_order(int kind) {
       unpoke(ix);
       mr = kvidx_find_matches(ref, loc, (size_t)q, want, W + 2);
       CHECK(m == mr && m >= 1 && memcmp(sc, want, m * sizeof sc[0]) == 0);
+      poke = p; /* the same with tier scores (placed the same way, device blocks beside) */
+      m = kvidx_find_matches_tiered(ix, loc, (size_t)q, tsc, W + 2);
+      CHECK(!p || poked);
+      unpoke(ix);
+      mr = kvidx_find_matches_tiered(ref, loc, (size_t)q, twant, W + 2);
+      CHECK(m == mr && m >= 1 && memcmp(tsc, twant, m * sizeof tsc[0]) == 0);
     }
   CHECK(kvidx__check(ix) == 0);
   kvidx_destroy(ix);
