@@ -279,9 +279,9 @@
  *          C2048's query time 0.82x-0.96x, W64 F16's median query 0.75x).  A
  *          seqlock over the hints and the slots they miss tell when a
  *          racing writer moved them: then an insertion sort.  Larger
- *          fleets' answers are placed by the hints, checked, answers of
- *          at most 16 go through a sorting network on (depth, hint)
- *          keys, checked too.
+ *          fleets' answers are placed by the hints, checked (session
+ *          28's sorting network for answers of at most 16 is gone: no
+ *          walk of a fleet of at most 64 slots reaches a sort).
  *          Store and remove paths: an element's address is one bit scan,
  *          the store cursor keeps its run's record, seq tables probe,
  *          drain and delete with loops of their own (12-15% fewer
@@ -2210,7 +2210,6 @@ typedef struct {
   int ordered;    /* every score so far came with its slot's order hint */
   int grouped;    /* 2: came in final order (kvidx__stopped); 1: nearly
                      (order hints changed or stale); 0: in any order    */
-  uint32_t order_ver; /* the hints' seqlock when the walk began            */
   uint64_t gen;   /* slot generation when the query started */
   uint16_t order[KVIDX__SORT_BUF]; /* the hints, by place in out */
 } kvidx__sink;
@@ -2410,62 +2409,13 @@ KVIDX__PRIV int kvidx__score_place(kvidx_score *a, size_t n, const uint16_t *ord
   return 1;
 }
 
-/* Put at most 16 plain scores in order by their slots' order hints: keys
- * (depth descending, hint, place) through Batcher's 63-comparator network
- * for 16, each a min and a max with no branch (an insertion sort's
- * branches mispredicted on a fleet's usual answer, 16 workers in random
- * slot order: ~50 of 120 pairs out of order).  Checked like
- * kvidx__score_place: 0 when hints are stale. */
-KVIDX__PRIV int kvidx__score_net16(kvidx_score *a, size_t n, const uint16_t *order) {
-  uint64_t key[16];
-  kvidx_score placed[16];
-  size_t i;
-  int wrong = 0;
-  for (i = 0; i < 16; i++) /* places past n sort last */
-    key[i] = i < n ? KVIDX__CAST(uint64_t, 0xFFFFFFFFu - a[i].depth) << 32 | KVIDX__CAST(uint64_t, order[i]) << 4 | i
-                   : ~KVIDX__CAST(uint64_t, 0);
-#define KVIDX__CSWAP(i, j)                                \
-  do {                                                    \
-    uint64_t x_ = key[i], y_ = key[j];                    \
-    key[i] = x_ < y_ ? x_ : y_;                           \
-    key[j] = x_ < y_ ? y_ : x_;                           \
-  } while (0)
-  /* sort 4 at b; merge the sorted 4s at b and b + 4 */
-#define KVIDX__SORT4(b) \
-  KVIDX__CSWAP(b, b + 1); KVIDX__CSWAP(b + 2, b + 3); KVIDX__CSWAP(b, b + 2); KVIDX__CSWAP(b + 1, b + 3); \
-  KVIDX__CSWAP(b + 1, b + 2)
-#define KVIDX__MERGE8(b) \
-  KVIDX__CSWAP(b, b + 4); KVIDX__CSWAP(b + 2, b + 6); KVIDX__CSWAP(b + 2, b + 4); KVIDX__CSWAP(b + 1, b + 5); \
-  KVIDX__CSWAP(b + 3, b + 7); KVIDX__CSWAP(b + 3, b + 5); KVIDX__CSWAP(b + 1, b + 2); KVIDX__CSWAP(b + 3, b + 4); \
-  KVIDX__CSWAP(b + 5, b + 6)
-  KVIDX__SORT4(0); KVIDX__SORT4(4); KVIDX__MERGE8(0); /* the first 8 */
-  KVIDX__SORT4(8); KVIDX__SORT4(12); KVIDX__MERGE8(8); /* the last 8 */
-  /* merge the two 8s: the evens, the odds, then neighbours */
-  KVIDX__CSWAP(0, 8); KVIDX__CSWAP(4, 12); KVIDX__CSWAP(4, 8); KVIDX__CSWAP(2, 10); KVIDX__CSWAP(6, 14);
-  KVIDX__CSWAP(6, 10); KVIDX__CSWAP(2, 4); KVIDX__CSWAP(6, 8); KVIDX__CSWAP(10, 12); KVIDX__CSWAP(1, 9);
-  KVIDX__CSWAP(5, 13); KVIDX__CSWAP(5, 9); KVIDX__CSWAP(3, 11); KVIDX__CSWAP(7, 15); KVIDX__CSWAP(7, 11);
-  KVIDX__CSWAP(3, 5); KVIDX__CSWAP(7, 9); KVIDX__CSWAP(11, 13); KVIDX__CSWAP(1, 2); KVIDX__CSWAP(3, 4);
-  KVIDX__CSWAP(5, 6); KVIDX__CSWAP(7, 8); KVIDX__CSWAP(9, 10); KVIDX__CSWAP(11, 12); KVIDX__CSWAP(13, 14);
-#undef KVIDX__MERGE8
-#undef KVIDX__SORT4
-#undef KVIDX__CSWAP
-  for (i = 0; i < n; i++) placed[i] = a[key[i] & 15];
-  for (i = 1; i < n; i++) { /* depths are in order by the keys; ties by id must be too */
-    const kvidx_score *x = &placed[i - 1], *y = &placed[i];
-    wrong |= (x->depth == y->depth) &
-             !(x->worker_id < y->worker_id || (x->worker_id == y->worker_id && x->dp_rank < y->dp_rank));
-  }
-  if (wrong) return 0;
-  memcpy(a, placed, n * sizeof *a);
-  return 1;
-}
-
 /* Put the scores in final order.  The walk's need nothing when the order
  * hints held (kvidx__stopped): a fleet's answer took a quarter of W16
  * C2048's query time to sort.  Nearly ordered ones (hints that changed
  * during the query) get an insertion sort: O(n + pairs out of order), and
- * small code, which a rare path needs (the sorting network, cold, cost a
- * query ~300 ns).  Others: plain scores by their order hints, checked, else
+ * small code, which a rare path needs (session 28's sorting network, run
+ * cold there, cost a query 800-1,000 cycles).  Others (fleets of more than
+ * 64 slots, a full sink): plain scores by their order hints, checked, else
  * by comparison. */
 KVIDX__PRIV size_t kvidx__sink_finish(kvidx__sink *k) {
   size_t i, j;
@@ -2475,8 +2425,7 @@ KVIDX__PRIV size_t kvidx__sink_finish(kvidx__sink *k) {
       for (j = i; j > 0 && kvidx__score_before(KVIDX__SC(k, j), KVIDX__SC(k, j - 1)); j--) kvidx__sink_swap(k, j, j - 1);
   } else if (k->esz != sizeof(kvidx_score)) {
     qsort(k->out, k->n, k->esz, kvidx__score_cmp);
-  } else if (!k->ordered || !(k->n <= 16 ? kvidx__score_net16(KVIDX__SC(k, 0), k->n, k->order)
-                                         : kvidx__score_place(KVIDX__SC(k, 0), k->n, k->order))) {
+  } else if (!k->ordered || !kvidx__score_place(KVIDX__SC(k, 0), k->n, k->order)) {
     kvidx__score_sort(KVIDX__SC(k, 0), k->n); /* stale hints: by comparison */
   }
   return k->total;
@@ -3942,8 +3891,8 @@ KVIDX__PRIV void kvidx__stopped_emit(const kvidx *ix, kvidx__sink *k, kvidx__sto
 /* One holder seen in a run: slot | cutoff << 16 | device blocks << 24. */
 #define KVIDX__HIT(s, cut, dev) ((s) | (cut) << 16 | (dev) << 24)
 
-/* The holders of a run (hits) that stop inside it (cutoff < m), more than
- * one: a set per cutoff, cutoffs ascending. */
+/* The holders of a run (hits) that stop inside it (cutoff < m): a set per
+ * cutoff, cutoffs ascending. */
 KVIDX__PRIV void kvidx__stopped_hits(const kvidx *ix, kvidx__sink *k, kvidx__stopped *st, const uint32_t *hits,
                                      uint32_t nhits, uint32_t m, uint32_t nw, size_t p, const uint32_t *dev) {
   uint64_t set[KVIDX__NW_MAX];
@@ -4030,7 +3979,7 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
                              uint32_t *dev) {
   kvidx *ix = KVIDX__MUT(cix);
   uint64_t act[KVIDX__NW_MAX], seen[KVIDX__NW_MAX], next[KVIDX__NW_MAX], any;
-  uint32_t stops, stop = 0;
+  uint32_t stops;
   uint64_t next_h = 0; /* the hash of the child-map key this run's probe will ask for, 0 if not known */
   kvidx__stopped stopped;
   uint32_t hits[KVIDX_WORKERS_MAX];
@@ -4158,16 +4107,9 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
     for (stops = 0, j = 0; j < nhits; j++) {
       uint32_t s = hits[j] & 0xFFFFu, cut = (hits[j] >> 16) & 0xFFu;
       if (dev) dev[s] = (first ? 0 : dev[s]) + (hits[j] >> 24);
-      if (cut < m) stops++, stop = j;
+      stops |= cut < m;
     }
-    if (stops == 1) {
-      uint32_t s = hits[stop] & 0xFFFFu;
-      memset(seen, 0, nw * sizeof(uint64_t));
-      seen[s >> 6] = KVIDX__CAST(uint64_t, 1) << (s & 63);
-      kvidx__stopped_add(ix, k, &stopped, seen, nw, p + ((hits[stop] >> 16) & 0xFFu), dev);
-    } else if (stops) {
-      kvidx__stopped_hits(ix, k, &stopped, hits, nhits, m, nw, p, dev);
-    }
+    if (stops) kvidx__stopped_hits(ix, k, &stopped, hits, nhits, m, nw, p, dev);
     memcpy(act, next, nw * sizeof(uint64_t));
     first = 0;
     p += m;
@@ -4734,11 +4676,12 @@ KVIDX_DEF int kvidx_remove_worker(kvidx *ix, uint64_t worker_id) {
 KVIDX__PRIV size_t kvidx__find(const kvidx *ix, const uint64_t *locals, size_t n, void *out, size_t esz,
                                size_t cap, kvidx__rctx *rc) {
   kvidx__sink k;
+  uint32_t order_ver;
   if (!ix || (n && !locals)) return 0;
   kvidx__sink_init(&k, out, esz, cap);
   if (ix->kind == KVIDX_REFERENCE) return kvidx__ref_find(ix, locals, n, &k);
-  k.order_ver = kvidx__ld_acq(&KVIDX__MUT(ix)->order_ver);
-  k.grouped = k.order_ver & 1 ? 1 : 2; /* the walk's scores: see kvidx__stopped */
+  order_ver = kvidx__ld_acq(&KVIDX__MUT(ix)->order_ver);
+  k.grouped = order_ver & 1 ? 1 : 2; /* the walk's scores: see kvidx__stopped */
   k.gen = kvidx__ld_acq(&KVIDX__MUT(ix)->gen);
   rc->nw = kvidx__ld_acq(&KVIDX__MUT(ix)->nw_live);
   if (!rc->nw) return 0; /* no worker was ever assigned a slot */
@@ -4750,7 +4693,7 @@ KVIDX__PRIV size_t kvidx__find(const kvidx *ix, const uint64_t *locals, size_t n
     kvidx__walk(ix, rc, locals, n, &k, NULL);
   }
   kvidx__fence_acq(); /* the hints were read before this: did they hold? */
-  if (kvidx__ld(&KVIDX__MUT(ix)->order_ver) != k.order_ver && k.grouped) k.grouped = 1;
+  if (kvidx__ld(&KVIDX__MUT(ix)->order_ver) != order_ver && k.grouped) k.grouped = 1;
   return kvidx__sink_finish(&k);
 }
 

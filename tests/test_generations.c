@@ -91,51 +91,6 @@ static void test_score_place(void) {
   CHECK(kvidx__sink_finish(&k) == N && in_order(a, N));
 }
 
-/* kvidx__score_net16 (answers of at most 16 workers): 4,000 random answers
- * of 0-16 scores at 1-4 depths in random emission order.  With right hints
- * it places them (returns 1) in order, as the comparison sort does; with
- * one hint changed it either refuses, leaving the array as it was, or
- * returns an order that is right anyway. */
-static void test_score_net16(void) {
-  kvidx_score a[16], fresh[16], want[16];
-  uint16_t order[16];
-  uint64_t x = 12345;
-  int round, refused = 0;
-  for (round = 0; round < 4000; round++) {
-    size_t n, i, j;
-    uint64_t ids[16];
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    n = (size_t)(x >> 33) % 17;
-    for (i = 0; i < n; i++) { /* distinct ids; each hint: its id's place among them */
-      x = x * 6364136223846793005ull + 1442695040888963407ull;
-      ids[i] = (x >> 20) % 1000 * 16 + i;
-      fresh[i].worker_id = ids[i];
-      fresh[i].dp_rank = (uint32_t)(x >> 8) % 2;
-      fresh[i].depth = 1 + (uint32_t)(x >> 50) % (1 + (uint32_t)(round % 4));
-    }
-    for (i = 0; i < n; i++) {
-      order[i] = 0;
-      for (j = 0; j < n; j++) order[i] = (uint16_t)(order[i] + (ids[j] < ids[i]));
-    }
-    memcpy(want, fresh, sizeof want);
-    kvidx__score_sort(want, n);
-    memcpy(a, fresh, sizeof a);
-    CHECK(kvidx__score_net16(a, n, order) == 1 && memcmp(a, want, n * sizeof a[0]) == 0);
-    if (n >= 2) { /* a stale hint */
-      i = (size_t)(x >> 12) % n;
-      order[i] = (uint16_t)((order[i] + 1 + (x >> 40) % (n - 1)) % n);
-      memcpy(a, fresh, sizeof a);
-      if (kvidx__score_net16(a, n, order)) {
-        CHECK(memcmp(a, want, n * sizeof a[0]) == 0);
-      } else {
-        refused++;
-        CHECK(memcmp(a, fresh, n * sizeof a[0]) == 0);
-      }
-    }
-  }
-  CHECK(refused > 1000); /* most stale hints show (some leave the order right) */
-}
-
 /* Answers come out of the walk in final order, no sorting, when the order
  * hints hold (kvidx__stopped, kvidx__emit_set): each set of workers that
  * stop at one depth is placed by its slots' hints (pass 1) and read back
@@ -266,7 +221,6 @@ int main(void) {
   test_order_hints(KVIDX_RADIX);
   test_order_hints(KVIDX_POSITIONAL);
   test_score_place();
-  test_score_net16();
   test_walk_order(KVIDX_RADIX);
   test_walk_order(KVIDX_POSITIONAL);
   printf("generations and order hints: %d passed, %d failed\n", checks - fails, fails);
