@@ -1882,6 +1882,36 @@ KVIDX__PRIV void kvidx__map_drain(kvidx *ix, kvidx__map *m, uint64_t budget) {
     int tagged = m->seq && tmask <= KVIDX__TAG_MASK;
     KVIDX__A(uint64_t) spare[2], *p;
     kvidx__st(&spare[1], KVIDX__CAST(uint64_t, 0));
+#if KVIDX__CTRL
+    if (o->ctrl && t->ctrl) {
+      /* With control bytes, 16 places at a time while the budget lasts:
+       * old's bytes say which are used, and only those are read and moved
+       * (a branch per group, not per place).  The free place in tab is
+       * found byte by byte: a 16-byte load of bytes this loop has just
+       * stored waits for them (no store forwarding), which cost more than
+       * the branches it saves.  Drain alone 22 -> 13 cycles a place;
+       * W16 C16384 0.93x-0.95x the time (session 30). */
+      while (at + 16 <= stop) {
+        uint64_t xi = (end + at) & omask;
+        unsigned used = KVIDX__CAST(unsigned, _mm_movemask_epi8(_mm_loadu_si128(KVIDX__RCAST(const __m128i *, o->ctrl + xi))));
+        for (; used; used &= used - 1) {
+          uint64_t q = (xi + kvidx__ctz64(used)) & omask, v, k0, j;
+          KVIDX__A(uint64_t) *x = w + 2 * q;
+          v = kvidx__ld(&x[1]);
+          k0 = kvidx__ld(&x[0]);
+          j = tagged ? KVIDX__TAG_HOME(v, tmask) : kvidx__mix(k0 ^ seed) & tmask;
+          while (t->ctrl[j] & 0x80u) j = (j + 1) & tmask; /* used: top bit set */
+          kvidx__st(&tw[2 * j], k0);
+          kvidx__st(&tw[2 * j + 1], v);
+          kvidx__ctrl_fill(t, j, o->ctrl[q]);
+          kvidx__st(&x[1], KVIDX__CAST(uint64_t, 0));
+          kvidx__ctrl_set(o->ctrl, omask, q, 0);
+        }
+        at += 16;
+      }
+    }
+#endif
+    /* the rest place by place, and on to where the sweep may stop */
     for (; at < size; at++) {
       uint64_t xi = (end + at) & omask;
       KVIDX__A(uint64_t) *x = w + 2 * xi;
