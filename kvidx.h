@@ -180,6 +180,9 @@
  *                              ^ each reservation moves a bounded share of
  *                                old's places (whole clusters) into tab
  *
+ *   (A table with control bytes zeroes only them: its bytes alone say
+ *   which places are used, so next takes the inserts at once.)
+ *
  *   All memory comes from the allocation hooks, or in caller-buffer mode
  *   from the buffer through size classes.  There the shared maps (child
  *   map, holdings, multi, worker slots) are made at their largest when the
@@ -339,7 +342,12 @@
  *          C2048), 0.94x (W16 C16384), 0.82x (W64 F16); the holdings map
  *          too (0.98x-0.99x more on the W16 C2048 files); a place no
  *          probe goes past (homes from the tags) empty, not deleted
- *          (0.87x-0.96x more there).
+ *          (0.87x-0.96x more there).  A growing seq table drains 16
+ *          places at a time by old's control bytes (moving only the
+ *          used ones; drain 22 -> 13 cycles a place); a table with
+ *          control bytes is no longer zeroed when made, its bytes alone
+ *          saying which places are used (kvidx__place_used): W16 C16384
+ *          0.93x-0.98x the time, with the drain 0.88x-0.93x.
  *   0.1.0  first release: hashing, reference model, radix and positional
  *          indexes, caller-buffer mode, seqlock reader path, event ids,
  *          storage tiers, eviction policies and TTL mode, dumps and binary
@@ -1608,6 +1616,15 @@ KVIDX__PRIV int kvidx__ctrl_wanted(const kvidx *ix, const kvidx__map *m) {
   return KVIDX__CTRL && m->kw == 1 && !m->shared && !ix->buffer_mode;
 }
 
+/* Whether place i of table t (map m) holds an entry.  In a table with
+ * control bytes only its byte says so: such a table's words are not
+ * zeroed when it is made (zeroing a growing seq table was a write of every
+ * place before the drain's), so a free place's words may hold anything.
+ * Elsewhere a used entry's `occ` word is not 0 and a free place's is. */
+KVIDX__HOT int kvidx__place_used(const kvidx__map *m, const kvidx__mtab *t, uint64_t i) {
+  return t->ctrl ? t->ctrl[i] >> 7 : kvidx__ld(&kvidx__mtab_words(t)[i * m->ew + m->occ]) != 0;
+}
+
 KVIDX__HOT void kvidx__ctrl_set(unsigned char *ctrl, uint64_t mask, uint64_t i, unsigned char b) {
   uint64_t k;
   ctrl[i] = b;
@@ -1657,7 +1674,8 @@ KVIDX__HOT int kvidx__ctrl_passed(const kvidx *ix, const kvidx__map *m, const kv
       if (end == mask) end = k + 15 < mask ? k + 15 : mask; /* past the first empty place, 15 more */
       continue;
     }
-    if (!(v = kvidx__ld(&w[q * m->ew + m->occ]))) continue; /* deleted */
+    if (t->ctrl[q] == KVIDX__CTRL_DELETED) continue;
+    v = kvidx__ld(&w[q * m->ew + m->occ]);
     h = kvidx__home_at(ix, m, t, q, v);
     d = (q - h) & mask;
     if (((i - h) & mask) < (d & ~KVIDX__CAST(uint64_t, 15))) return 1; /* i is in 16 its probe goes past */
@@ -1785,11 +1803,11 @@ KVIDX__PRIV uint32_t kvidx__map_next(const kvidx__map *m, uint32_t pos) {
   uint64_t i = pos == KVIDX__NONE ? 0 : (pos & ~KVIDX__OLD) + 1;
   if (pos == KVIDX__NONE || !(pos & KVIDX__OLD)) {
     for (; t && i <= t->mask; i++)
-      if (kvidx__ld(&kvidx__mtab_words(t)[i * m->ew + m->occ])) return KVIDX__CAST(uint32_t, i);
+      if (kvidx__place_used(m, t, i)) return KVIDX__CAST(uint32_t, i);
     i = 0;
   }
   for (; o && i <= o->mask; i++)
-    if (kvidx__ld(&kvidx__mtab_words(o)[i * m->ew + m->occ])) return KVIDX__CAST(uint32_t, i) | KVIDX__OLD;
+    if (kvidx__place_used(m, o, i)) return KVIDX__CAST(uint32_t, i) | KVIDX__OLD;
   return KVIDX__NONE;
 }
 
@@ -1812,7 +1830,7 @@ KVIDX__PRIV void kvidx__map_place(const kvidx *ix, const kvidx__map *m, kvidx__m
   KVIDX__A(uint64_t) *w = kvidx__mtab_words(t);
   uint64_t h = kvidx__key_hash(ix->seed, e, m->kw), i = h & t->mask;
   uint32_t k;
-  while (kvidx__ld(&w[i * m->ew + m->occ])) i = (i + 1) & t->mask;
+  while (kvidx__place_used(m, t, i)) i = (i + 1) & t->mask;
   for (k = 0; k < m->ew; k++)
     if (k != m->occ) kvidx__st(&w[i * m->ew + k], e[k]);
   kvidx__st_rel(&w[i * m->ew + m->occ], e[m->occ]); /* readers see the rest first */
@@ -1845,8 +1863,9 @@ KVIDX__PRIV int kvidx__drain_can_stop(const kvidx *ix, const kvidx__map *m, cons
   if (!o->ctrl) return 1;
   if (o->ctrl[i] != 0) return 0;
   for (k = 1; k < 16 && k <= mask; k++) {
-    uint64_t q = (i + k) & mask, v = kvidx__ld(&w[q * m->ew + m->occ]);
-    if (v && ((q - kvidx__home_at(ix, m, o, q, v)) & mask) > k) return 0; /* its home is before i */
+    uint64_t q = (i + k) & mask;
+    if ((o->ctrl[q] & 0x80u) && ((q - kvidx__home_at(ix, m, o, q, kvidx__ld(&w[q * m->ew + m->occ]))) & mask) > k)
+      return 0; /* its home is before i */
   }
   return 1;
 }
@@ -1872,46 +1891,62 @@ KVIDX__PRIV void kvidx__map_drain(kvidx *ix, kvidx__map *m, uint64_t budget) {
   at = m->drained;
   end = m->drain_from;
   stop = size - at < budget ? size : at + budget; /* then on to the next free place */
-  if (ew == 2 && m->kw == 1 && occ == 1 && !m->shared) {
-    /* seq tables of two-word entries, the common case, straight.  No
-     * branch on whether a place is used while the budget lasts (the
-     * loop waits on branches, not memory): a free place's "move" goes to a
-     * stand-in that stays free (W16 C16384's events 0.92x-0.94x the time).
-     * An entry's control byte moves with it (old's, or from its hash). */
+#if KVIDX__CTRL
+  if (o->ctrl) {
+    /* A table with control bytes (one-word keys, no reader: the seq
+     * tables, the holdings), 16 places at a time while the budget lasts:
+     * old's bytes say which are used, and only those are read and moved (a
+     * branch per group, not per place); then place by place on to where
+     * the sweep may stop.  An entry's home comes from its tag (seq tables
+     * of at most 2^16 places) or its key, its byte from old.  The free
+     * place in tab is found byte by byte: a 16-byte load of bytes this loop
+     * has just stored waits for them (no store forwarding), which cost more
+     * than the branches it saves.  Old's words are left as they are
+     * (kvidx__place_used).  Seq-table drain alone 22 -> 13 cycles a place,
+     * W16 C16384 0.93x-0.95x the time; the holdings' drain ... (session 30). */
     uint64_t seed = ix->seed; /* locals: the atomics below pin fields in memory */
+    int tagged = m->seq && tmask <= KVIDX__TAG_MASK;
+    while (at < size) {
+      uint64_t xi = (end + at) & omask;
+      unsigned used = 1;
+      if (at + 16 <= stop) {
+        used = KVIDX__CAST(unsigned, _mm_movemask_epi8(_mm_loadu_si128(KVIDX__RCAST(const __m128i *, o->ctrl + xi))));
+        at += 16;
+      } else if (o->ctrl[xi] & 0x80u) {
+        at++;
+      } else if (at >= stop && kvidx__drain_can_stop(ix, m, o, xi)) {
+        break;
+      } else {
+        at++;
+        continue;
+      }
+      for (; used; used &= used - 1) {
+        uint64_t q = (xi + kvidx__ctz64(used)) & omask, j;
+        KVIDX__A(uint64_t) *x = w + q * ew;
+        j = tagged ? KVIDX__TAG_HOME(kvidx__ld(&x[1]), tmask) : kvidx__mix(kvidx__ld(&x[0]) ^ seed) & tmask;
+        while (t->ctrl[j] & 0x80u) j = (j + 1) & tmask; /* used: top bit set */
+        if (ew == 2) { /* the seq tables' entry, straight */
+          kvidx__st(&tw[2 * j], kvidx__ld(&x[0]));
+          kvidx__st(&tw[2 * j + 1], kvidx__ld(&x[1]));
+        } else {
+          for (k = 0; k < ew; k++) kvidx__st(&tw[j * ew + k], kvidx__ld(&x[k]));
+        }
+        kvidx__ctrl_fill(t, j, o->ctrl[q]);
+        kvidx__ctrl_set(o->ctrl, omask, q, 0);
+      }
+    }
+  } else
+#endif
+  if (ew == 2 && m->kw == 1 && occ == 1 && !m->shared) {
+    /* seq tables without control bytes, straight.  No branch on whether a
+     * place is used while the budget lasts (the loop waits on branches, not
+     * memory): a free place's "move" goes to a stand-in that stays free
+     * (W16 C16384's events 0.92x-0.94x the time, before the control
+     * bytes). */
+    uint64_t seed = ix->seed;
     int tagged = m->seq && tmask <= KVIDX__TAG_MASK;
     KVIDX__A(uint64_t) spare[2], *p;
     kvidx__st(&spare[1], KVIDX__CAST(uint64_t, 0));
-#if KVIDX__CTRL
-    if (o->ctrl && t->ctrl) {
-      /* With control bytes, 16 places at a time while the budget lasts:
-       * old's bytes say which are used, and only those are read and moved
-       * (a branch per group, not per place).  The free place in tab is
-       * found byte by byte: a 16-byte load of bytes this loop has just
-       * stored waits for them (no store forwarding), which cost more than
-       * the branches it saves.  Drain alone 22 -> 13 cycles a place;
-       * W16 C16384 0.93x-0.95x the time (session 30). */
-      while (at + 16 <= stop) {
-        uint64_t xi = (end + at) & omask;
-        unsigned used = KVIDX__CAST(unsigned, _mm_movemask_epi8(_mm_loadu_si128(KVIDX__RCAST(const __m128i *, o->ctrl + xi))));
-        for (; used; used &= used - 1) {
-          uint64_t q = (xi + kvidx__ctz64(used)) & omask, v, k0, j;
-          KVIDX__A(uint64_t) *x = w + 2 * q;
-          v = kvidx__ld(&x[1]);
-          k0 = kvidx__ld(&x[0]);
-          j = tagged ? KVIDX__TAG_HOME(v, tmask) : kvidx__mix(k0 ^ seed) & tmask;
-          while (t->ctrl[j] & 0x80u) j = (j + 1) & tmask; /* used: top bit set */
-          kvidx__st(&tw[2 * j], k0);
-          kvidx__st(&tw[2 * j + 1], v);
-          kvidx__ctrl_fill(t, j, o->ctrl[q]);
-          kvidx__st(&x[1], KVIDX__CAST(uint64_t, 0));
-          kvidx__ctrl_set(o->ctrl, omask, q, 0);
-        }
-        at += 16;
-      }
-    }
-#endif
-    /* the rest place by place, and on to where the sweep may stop */
     for (; at < size; at++) {
       uint64_t xi = (end + at) & omask;
       KVIDX__A(uint64_t) *x = w + 2 * xi;
@@ -1922,20 +1957,14 @@ KVIDX__PRIV void kvidx__map_drain(kvidx *ix, kvidx__map *m, uint64_t budget) {
       kvidx__st(&p[0], k0);
       kvidx__st(&p[1], v);
       kvidx__st(&x[1], KVIDX__CAST(uint64_t, 0));
-      if (v && (t->ctrl || o->ctrl)) {
-        unsigned char b = o->ctrl ? o->ctrl[xi] : KVIDX__CTRL_BYTE(kvidx__mix(k0 ^ seed));
-        if (t->ctrl) kvidx__ctrl_fill(t, j, b);
-        if (o->ctrl) kvidx__ctrl_set(o->ctrl, omask, xi, 0);
-      }
     }
   } else {
-    for (; at < size; at++) { /* also tables with control bytes: map_place writes tab's byte */
+    for (; at < size; at++) {
       KVIDX__A(uint64_t) *x = w + ((end + at) & omask) * ew;
       if (kvidx__ld(&x[occ])) {
         for (k = 0; k < ew; k++) e[k] = kvidx__ld(&x[k]);
         kvidx__map_place(ix, m, t, e, NULL);
         kvidx__st(&x[occ], KVIDX__CAST(uint64_t, 0));
-        if (o->ctrl) kvidx__ctrl_set(o->ctrl, omask, (end + at) & omask, 0);
         if (m->shared) KVIDX_TEST_HOOK(ix, 9); /* an entry between the tables */
       } else if (at >= stop && kvidx__drain_can_stop(ix, m, o, (end + at) & omask)) {
         break;
@@ -1956,7 +1985,9 @@ KVIDX__PRIV void kvidx__map_settle(kvidx *ix, kvidx__map *m) { kvidx__map_drain(
 /* Zero up to `budget` more bytes of the next table; 1 when it is all zero. */
 KVIDX__PRIV int kvidx__map_zero(kvidx__map *m, uint64_t budget) {
   kvidx__mtab *nt = m->next;
-  uint64_t all = nt->bytes, k = all - m->zeroed < budget ? all - m->zeroed : budget;
+  uint64_t all = nt->bytes, k;
+  if (nt->ctrl) m->zeroed = all; /* its words need no zeroing (kvidx__place_used) */
+  k = all - m->zeroed < budget ? all - m->zeroed : budget;
   memset(KVIDX__RCAST(unsigned char *, kvidx__mtab_words(nt)) + m->zeroed, 0, KVIDX__CAST(size_t, k));
   m->zeroed += k;
   return m->zeroed == all;
@@ -1968,8 +1999,7 @@ KVIDX__PRIV void kvidx__map_switch(kvidx *ix, kvidx__map *m, kvidx__mtab *nt, ui
   kvidx__mtab *t = kvidx__ld(&m->tab);
   uint64_t i = 0;
   if (t) { /* the sweep starts after a free place (there is one: load <= 3/4) */
-    KVIDX__A(uint64_t) *w = kvidx__mtab_words(t);
-    while (kvidx__ld(&w[i * m->ew + m->occ])) i++;
+    while (kvidx__place_used(m, t, i)) i++;
     m->drain_from = i;
     m->drained = 0;
     kvidx__st_rel(&m->old, t); /* before tab: a reader that sees the new tab sees old */
@@ -1985,7 +2015,8 @@ KVIDX__PRIV uint64_t kvidx__map_slots_for(uint64_t entries, uint64_t from) {
 }
 
 /* A table of `slots` places for map m, its entries zeroed if `zeroed`;
- * with control bytes (always zeroed) if it is a small seq table. */
+ * with control bytes (always zeroed) if kvidx__ctrl_wanted, and then its
+ * entries never are (kvidx__place_used). */
 KVIDX__PRIV kvidx__mtab *kvidx__mtab_new(kvidx *ix, const kvidx__map *m, uint64_t slots, int zeroed) {
   size_t bytes = KVIDX__CAST(size_t, kvidx__mtab_bytes(slots, m->ew));
   kvidx__mtab *t = KVIDX__CAST(kvidx__mtab *, kvidx__alloc(ix, sizeof(kvidx__mtab)));
@@ -1998,7 +2029,7 @@ KVIDX__PRIV kvidx__mtab *kvidx__mtab_new(kvidx *ix, const kvidx__map *m, uint64_
     kvidx__free(ix, t, sizeof *t);
     return NULL;
   }
-  if (!(w = zeroed ? kvidx__alloc_zeroed(ix, bytes) : kvidx__alloc(ix, bytes))) {
+  if (!(w = zeroed && !t->ctrl ? kvidx__alloc_zeroed(ix, bytes) : kvidx__alloc(ix, bytes))) { /* kvidx__place_used */
     if (t->ctrl) kvidx__free(ix, t->ctrl, KVIDX__CTRL_SIZE(slots));
     kvidx__free(ix, t, sizeof *t);
     return NULL;
@@ -2012,8 +2043,9 @@ KVIDX__PRIV kvidx__mtab *kvidx__mtab_new(kvidx *ix, const kvidx__map *m, uint64_
 
 /* Room for `extra` more entries, at most 3/4 full.  Growth is spread over
  * the reservations: past 11/16 full, a table of twice the size is allocated
- * and zeroed a share per reservation (twice the pace it needs), then takes
- * the inserts while the old one drains (see above).  Small tables and a
+ * and zeroed a share per reservation (twice the pace it needs; a table
+ * with control bytes needs none), then takes the inserts while the old one
+ * drains (see above).  Small tables and a
  * reservation that outgrows all that are done at once; so is every growth
  * in caller-buffer mode, whose size bound counts one growing table at a
  * time (spread growth would keep many workers' tables doubled at once).
@@ -3028,16 +3060,22 @@ KVIDX__PRIV int kvidx__position_add(kvidx *ix, uint32_t s, uint32_t r, uint32_t 
     if (dev && ix->tiers_on) kvidx__st(&h[ix->hdev], kvidx__ld(&h[ix->hdev]) | bit); /* else hdev is the held word */
     return KVIDX_OK;
   }
-  at = hc->run == r ? hc->at : kvidx__hold_find(ix, s, r);
-  if (hc->run != r) kvidx__hcache_flush(ix, hc);
-  if (at == KVIDX__NONE) {
-    uint64_t e[5];
-    uint32_t j = kvidx__holder_add(ix, r, s);
-    if (j == KVIDX__NONE) return kvidx__oom(ix);
+  if (hc->run == r) {
+    at = hc->at;
+  } else { /* one probe finds the holding or where it goes (room was reserved) */
+    uint64_t e[5], hash;
+    uint32_t free_at = KVIDX__NONE, j;
     e[0] = (KVIDX__CAST(uint64_t, s) + 1) << 32 | r;
-    e[KVIDX__H_HELD] = e[KVIDX__H_MULTI] = e[4] = 0;
-    e[KVIDX__H_INDEX] = j;
-    at = kvidx__map_insert(ix, &ix->holds, e);
+    hash = kvidx__key_hash(ix->seed, e, 1);
+    at = kvidx__map_slot(&ix->holds, e, hash, &free_at);
+    kvidx__hcache_flush(ix, hc);
+    if (at == KVIDX__NONE) {
+      if ((j = kvidx__holder_add(ix, r, s)) == KVIDX__NONE) return kvidx__oom(ix);
+      e[KVIDX__H_HELD] = e[KVIDX__H_MULTI] = e[4] = 0;
+      e[KVIDX__H_INDEX] = j;
+      kvidx__map_put_at(&ix->holds, free_at, e, hash);
+      at = free_at;
+    }
   }
   hc->run = r;
   hc->at = at;
@@ -3279,7 +3317,7 @@ KVIDX__PRIV void kvidx__clear_slot(kvidx *ix, uint32_t s) {
   kvidx__map_settle(ix, &sl->seqs);
   t = kvidx__ld(&sl->seqs.tab);
   for (i = 0; t && sl->blocks && i <= t->mask;) { /* deletions shift later entries back: stay on i */
-    if (kvidx__ld(&kvidx__map_at(&sl->seqs, KVIDX__CAST(uint32_t, i))[1])) kvidx__unhold(ix, s, KVIDX__CAST(uint32_t, i));
+    if (kvidx__place_used(&sl->seqs, t, i)) kvidx__unhold(ix, s, KVIDX__CAST(uint32_t, i));
     else i++;
   }
   kvidx__slot_release(ix, s);
@@ -4916,8 +4954,8 @@ KVIDX__PRIV int kvidx__check_ctrl(kvidx *ix, const kvidx__map *m, const kvidx__m
   for (i = 0; i < n; i++) {
     KVIDX__A(uint64_t) *e = kvidx__mtab_words(t) + i * m->ew;
     uint64_t key = kvidx__ld(&e[0]);
-    if (kvidx__ld(&e[m->occ])) {
-      KVIDX__CHK(t->ctrl[i] == KVIDX__CTRL_BYTE(kvidx__key_hash(ix->seed, &key, 1)));
+    if (t->ctrl[i] & 0x80u) { /* a free place's words may hold anything (kvidx__place_used) */
+      KVIDX__CHK(kvidx__ld(&e[m->occ]) && t->ctrl[i] == KVIDX__CTRL_BYTE(kvidx__key_hash(ix->seed, &key, 1)));
     } else {
       KVIDX__CHK(t->ctrl[i] == 0 || t->ctrl[i] == KVIDX__CTRL_DELETED);
       tombs += t->ctrl[i] == KVIDX__CTRL_DELETED;
@@ -4944,8 +4982,7 @@ KVIDX__PRIV int kvidx__check_map(kvidx *ix, const kvidx__map *m) {
     n++;
   }
   KVIDX__CHK(n == m->n && (!t || n * 4 <= (t->mask + 1) * 3) && (!o || t));
-  for (i = 0; o && i < m->drained; i++)
-    KVIDX__CHK(!kvidx__ld(&kvidx__mtab_words(o)[((m->drain_from + i) & o->mask) * m->ew + m->occ]));
+  for (i = 0; o && i < m->drained; i++) KVIDX__CHK(!kvidx__place_used(m, o, (m->drain_from + i) & o->mask));
   KVIDX__CHK(!t || kvidx__check_ctrl(ix, m, t) == 0);
   KVIDX__CHK(!o || kvidx__check_ctrl(ix, m, o) == 0);
   return 0;

@@ -20,7 +20,7 @@ FUZZ_TEST_SECONDS ?= 20
 # rm -rf build/fuzz after changing it
 FUZZ_DEFS         ?=
 FUZZ_DIR          := $(BUILD)/fuzz
-FUZZ_HDRS         := kvidx.h fuzz/fuzz_common.h fuzz/fz_alloc.h fuzz/model.h fuzz/model.c
+FUZZ_HDRS         := kvidx.h fuzz/fuzz_common.h fuzz/fz_alloc.h fuzz/fz_seed.h fuzz/model.h fuzz/model.c
 FUZZ_SAN_FLAGS    := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 
 # fuzz_hash carries its own copy of xxhash.h, so kvidx's implementation goes in

@@ -30,6 +30,7 @@
 #define KVIDX_IMPLEMENTATION
 #define KVIDX_DEFER_FREE_MIN 64 /* with bit 6: nearly every free is deferred */
 #include "fuzz_common.h"
+#include "fz_seed.h"
 
 /* ---- allocation hook --------------------------------------------------------- */
 #define MAXLIVE 65536
@@ -129,6 +130,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int kind = ((c0 >> 1) & 3) % 3;
   kvidx_config cfg;
   memset(&cfg, 0, sizeof cfg);
+  cfg.seed = FZ_TABLE_SEED;
   cfg.kind = kind;
   cfg.max_workers = (c1 & 0x80) ? ((c1 & 0x40) ? 1024u + (c1 & 1) : 64u + (c1 & 1)) : 1u + (c1 & 15);
   cfg.max_blocks = (c2 & 0x80) && heap ? 0 : 1 + (size_t)(c2 & 63);
@@ -196,6 +198,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
   kvidx_config oc;
   memset(&oc, 0, sizeof oc);
+  oc.seed = FZ_TABLE_SEED;
   oc.kind = KVIDX_REFERENCE;
   oc.max_workers = cfg.max_workers;
   oc.max_blocks = cfg.max_blocks; /* the semantic caps; not max_entries */

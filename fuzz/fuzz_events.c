@@ -14,6 +14,7 @@
 #include <string.h>
 #define KVIDX_IMPLEMENTATION
 #include "kvidx.h"
+#include "fz_seed.h"
 
 #define FE_NK 3
 static const int FE_KINDS[FE_NK] = {KVIDX_REFERENCE, KVIDX_RADIX, KVIDX_POSITIONAL};
@@ -52,6 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t len) {
   int k, op = 0;
   if (len < 2) return 0;
   memset(&c, 0, sizeof c);
+  c.seed = FZ_TABLE_SEED;
   c.evict = d[0] & 3;
   if (c.evict == 3) c.evict = 0;
   c.max_blocks = caps[(d[0] >> 2) & 7];

@@ -21,6 +21,7 @@ static void fi_hook(struct kvidx *ix, int where);
 #define KVIDX_TEST_HOOK(ix, where) fi_hook(ix, where)
 #define KVIDX_IMPLEMENTATION
 #include "kvidx.h"
+#include "fz_seed.h"
 
 #define FI_NQ 6
 #define FI_CAP 8
@@ -61,6 +62,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) {
   int q, op;
   if (n < 2) return 0;
   memset(&c, 0, sizeof c);
+  c.seed = FZ_TABLE_SEED;
   c.kind = d[0] & 1 ? KVIDX_POSITIONAL : KVIDX_RADIX;
   c.jump = 1u + d[1] % 16u;
   c.max_workers = 8;

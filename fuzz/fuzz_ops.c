@@ -37,6 +37,7 @@
 #define KVIDX_IMPLEMENTATION
 #include "fz_alloc.h" /* kvidx's allocator: big blocks recycled (ASan page faults) */
 #include "fuzz_common.h"
+#include "fz_seed.h"
 #include "model.h"
 
 #define NKIND 3
@@ -203,6 +204,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint8_t c0 = fz_u8(&r), c1 = fz_u8(&r), c2 = fz_u8(&r), c3 = fz_u8(&r);
   kvidx_config cfg;
   memset(&cfg, 0, sizeof cfg);
+  cfg.seed = FZ_TABLE_SEED;
   cfg.max_workers = pick_max_workers(c1);
   cfg.jump = c2 ? 1 + (uint32_t)(c2 - 1) % 64 : 0;
   cfg.max_blocks = (c3 & 0x80) ? 1 + (size_t)(c3 & 63) : 0;

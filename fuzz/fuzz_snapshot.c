@@ -28,6 +28,7 @@
 #define KVIDX_IMPLEMENTATION
 #include "fz_alloc.h" /* kvidx's allocator: big blocks recycled (ASan page faults) */
 #include "fuzz_common.h"
+#include "fz_seed.h"
 
 typedef struct {
   const uint8_t *p;
@@ -88,6 +89,7 @@ static int count_fn(void *ctx, const kvidx_event *ev) {
 static kvidx *fresh_full(int kind, uint32_t max_workers, size_t max_blocks, int evict) {
   kvidx_config cfg;
   memset(&cfg, 0, sizeof cfg);
+  cfg.seed = FZ_TABLE_SEED;
   cfg.kind = kind;
   cfg.max_workers = max_workers;
   cfg.max_blocks = max_blocks;

@@ -16,6 +16,7 @@
 #include <string.h>
 #define KVIDX_IMPLEMENTATION
 #include "kvidx.h"
+#include "fz_seed.h"
 #include "../examples/vllm_events/vllm_decode.h"
 
 typedef struct {
@@ -57,6 +58,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t len) {
   fv_mem m = {NULL, 0, 0, 0};
   if (len < 1) return 0;
   memset(&c, 0, sizeof c);
+  c.seed = FZ_TABLE_SEED;
   c.kind = (d[0] & 1) ? KVIDX_RADIX : KVIDX_POSITIONAL;
   c.flags = (d[0] & 2) ? KVIDX_F_TIERS : 0;
   c.max_workers = 8;

@@ -14,7 +14,12 @@
  * reused only by a later input (kvidx keeps no state between indexes), so a
  * stale pointer into a freed table always hits poison, never a live
  * block.  Overruns hit ASan's own redzones (blocks are reused for their exact
- * size only).  Without ASan these are plain malloc / calloc / free. */
+ * size only).  Without ASan these are plain malloc / calloc / free.
+ *
+ * Every block fz_malloc hands out is filled with 0xbe (ASan's malloc fills
+ * only its first 4 KiB; a fresh mapping is zeros): kvidx must never read
+ * memory it has not written as if it were zero (a table with control bytes
+ * leaves its entries unzeroed, kvidx__place_used). */
 #ifndef FZ_ALLOC_H
 #define FZ_ALLOC_H
 
@@ -71,8 +76,8 @@ static inline void *fz_cache_take(size_t n) {
 
 static inline void *fz_malloc(size_t n) {
   void *p = n >= FZ_BIG ? fz_cache_take(n) : NULL;
-  if (!p) return malloc(n);
-  memset(p, 0xbe, 4096); /* as ASan's malloc does (max_malloc_fill_size) */
+  if (!p) p = malloc(n);
+  if (p) memset(p, 0xbe, n); /* all of it (ASan's malloc fills 4 KiB): see below */
   return p;
 }
 
@@ -110,7 +115,11 @@ static inline void fz_free(void *p) {
 }
 #else
 static inline void fz_alloc_next_input(void) {}
-static inline void *fz_malloc(size_t n) { return malloc(n); }
+static inline void *fz_malloc(size_t n) {
+  void *p = malloc(n);
+  if (p) memset(p, 0xbe, n); /* see below */
+  return p;
+}
 static inline void *fz_calloc(size_t n) { return calloc(1, n); }
 static inline void fz_free(void *p) { free(p); }
 #endif
