@@ -33,8 +33,10 @@
  *                         cfg->alloc/cfg->free, or use kvidx_init_buffer.
  *   KVIDX_MALLOC(sz) / KVIDX_FREE(p)  default allocator (malloc/free);
  *                         KVIDX_CALLOC(sz) zeroed (calloc) if defined too:
- *                         new hash tables come from it (defining KVIDX_MALLOC
- *                         alone: malloc + memset).
+ *                         new hash tables come from it, and the control
+ *                         bytes of tables that keep them (whose entries
+ *                         are never zeroed) (defining KVIDX_MALLOC alone:
+ *                         malloc + memset).
  *   KVIDX_NO_THREADS      single-threaded build: plain loads/stores instead of
  *                         atomics; no concurrent readers allowed.
  *   KVIDX_NO_SIMD         no SSE2 intrinsics (<emmintrin.h>): worker seq
@@ -342,12 +344,13 @@
  *          C2048), 0.94x (W16 C16384), 0.82x (W64 F16); the holdings map
  *          too (0.98x-0.99x more on the W16 C2048 files); a place no
  *          probe goes past (homes from the tags) empty, not deleted
- *          (0.87x-0.96x more there).  A growing seq table drains 16
- *          places at a time by old's control bytes (moving only the
- *          used ones; drain 22 -> 13 cycles a place); a table with
- *          control bytes is no longer zeroed when made, its bytes alone
- *          saying which places are used (kvidx__place_used): W16 C16384
- *          0.93x-0.98x the time, with the drain 0.88x-0.93x.
+ *          (0.87x-0.96x more there).  A table with control bytes
+ *          (seq tables, holdings) drains 16 places at a time by old's
+ *          bytes, moving only the used ones (seq-table drain 22 -> 14
+ *          cycles a place), and is no longer zeroed when made: its
+ *          bytes alone say which places are used (kvidx__place_used);
+ *          a new holding takes one probe: whole replays 0.84x-0.86x the
+ *          time on W16 C16384, 0.92x-0.97x on the other files.
  *   0.1.0  first release: hashing, reference model, radix and positional
  *          indexes, caller-buffer mode, seqlock reader path, event ids,
  *          storage tiers, eviction policies and TTL mode, dumps and binary
@@ -1902,8 +1905,8 @@ KVIDX__PRIV void kvidx__map_drain(kvidx *ix, kvidx__map *m, uint64_t budget) {
      * place in tab is found byte by byte: a 16-byte load of bytes this loop
      * has just stored waits for them (no store forwarding), which cost more
      * than the branches it saves.  Old's words are left as they are
-     * (kvidx__place_used).  Seq-table drain alone 22 -> 13 cycles a place,
-     * W16 C16384 0.93x-0.95x the time; the holdings' drain ... (session 30). */
+     * (kvidx__place_used).  Seq-table drain 22 -> 14 cycles a place (W16
+     * C16384 0.93x-0.95x the time), holdings 43 -> 29 (session 30). */
     uint64_t seed = ix->seed; /* locals: the atomics below pin fields in memory */
     int tagged = m->seq && tmask <= KVIDX__TAG_MASK;
     while (at < size) {
