@@ -4956,8 +4956,8 @@ KVIDX__PRIV int kvidx__check_ctrl(kvidx *ix, const kvidx__map *m, const kvidx__m
   if (!t->ctrl) return t->tombs != 0;
   for (i = 0; i < n; i++) {
     KVIDX__A(uint64_t) *e = kvidx__mtab_words(t) + i * m->ew;
-    uint64_t key = kvidx__ld(&e[0]);
-    if (t->ctrl[i] & 0x80u) { /* a free place's words may hold anything (kvidx__place_used) */
+    if (t->ctrl[i] & 0x80u) { /* a free place's words may hold anything (kvidx__place_used): unread */
+      uint64_t key = kvidx__ld(&e[0]);
       KVIDX__CHK(kvidx__ld(&e[m->occ]) && t->ctrl[i] == KVIDX__CTRL_BYTE(kvidx__key_hash(ix->seed, &key, 1)));
     } else {
       KVIDX__CHK(t->ctrl[i] == 0 || t->ctrl[i] == KVIDX__CTRL_DELETED);
