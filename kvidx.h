@@ -867,6 +867,7 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
 /* A used place's byte from its key's hash; a deleted place's; their size
  * in bytes (the bytes and the first 16 again). */
 #define KVIDX__CTRL_BYTE(h) KVIDX__CAST(unsigned char, 0x80u | ((h) >> 57))
+#define KVIDX__CTRL_USED(b) ((b) >> 7) /* byte b marks a used place (empty and deleted: top bit clear) */
 #define KVIDX__CTRL_DELETED 1u /* a free place a probe goes past (a tombstone) */
 #define KVIDX__CTRL_SIZE(slots) KVIDX__CAST(size_t, (slots) + 16) /* the bytes and the copy */
 
@@ -1625,7 +1626,7 @@ KVIDX__PRIV int kvidx__ctrl_wanted(const kvidx *ix, const kvidx__map *m) {
  * place before the drain's), so a free place's words may hold anything.
  * Elsewhere a used entry's `occ` word is not 0 and a free place's is. */
 KVIDX__HOT int kvidx__place_used(const kvidx__map *m, const kvidx__mtab *t, uint64_t i) {
-  return t->ctrl ? t->ctrl[i] >> 7 : kvidx__ld(&kvidx__mtab_words(t)[i * m->ew + m->occ]) != 0;
+  return t->ctrl ? KVIDX__CTRL_USED(t->ctrl[i]) : kvidx__ld(&kvidx__mtab_words(t)[i * m->ew + m->occ]) != 0;
 }
 
 KVIDX__HOT void kvidx__ctrl_set(unsigned char *ctrl, uint64_t mask, uint64_t i, unsigned char b) {
@@ -1867,7 +1868,7 @@ KVIDX__PRIV int kvidx__drain_can_stop(const kvidx *ix, const kvidx__map *m, cons
   if (o->ctrl[i] != 0) return 0;
   for (k = 1; k < 16 && k <= mask; k++) {
     uint64_t q = (i + k) & mask;
-    if ((o->ctrl[q] & 0x80u) && ((q - kvidx__home_at(ix, m, o, q, kvidx__ld(&w[q * m->ew + m->occ]))) & mask) > k)
+    if (KVIDX__CTRL_USED(o->ctrl[q]) && ((q - kvidx__home_at(ix, m, o, q, kvidx__ld(&w[q * m->ew + m->occ]))) & mask) > k)
       return 0; /* its home is before i */
   }
   return 1;
@@ -1915,7 +1916,7 @@ KVIDX__PRIV void kvidx__map_drain(kvidx *ix, kvidx__map *m, uint64_t budget) {
       if (at + 16 <= stop) {
         used = KVIDX__CAST(unsigned, _mm_movemask_epi8(_mm_loadu_si128(KVIDX__RCAST(const __m128i *, o->ctrl + xi))));
         at += 16;
-      } else if (o->ctrl[xi] & 0x80u) {
+      } else if (KVIDX__CTRL_USED(o->ctrl[xi])) {
         at++;
       } else if (at >= stop && kvidx__drain_can_stop(ix, m, o, xi)) {
         break;
@@ -1927,7 +1928,7 @@ KVIDX__PRIV void kvidx__map_drain(kvidx *ix, kvidx__map *m, uint64_t budget) {
         uint64_t q = (xi + kvidx__ctz64(used)) & omask, j;
         KVIDX__A(uint64_t) *x = w + q * ew;
         j = tagged ? KVIDX__TAG_HOME(kvidx__ld(&x[1]), tmask) : kvidx__mix(kvidx__ld(&x[0]) ^ seed) & tmask;
-        while (t->ctrl[j] & 0x80u) j = (j + 1) & tmask; /* used: top bit set */
+        while (KVIDX__CTRL_USED(t->ctrl[j])) j = (j + 1) & tmask;
         if (ew == 2) { /* the seq tables' entry, straight */
           kvidx__st(&tw[2 * j], kvidx__ld(&x[0]));
           kvidx__st(&tw[2 * j + 1], kvidx__ld(&x[1]));
@@ -1988,9 +1989,7 @@ KVIDX__PRIV void kvidx__map_settle(kvidx *ix, kvidx__map *m) { kvidx__map_drain(
 /* Zero up to `budget` more bytes of the next table; 1 when it is all zero. */
 KVIDX__PRIV int kvidx__map_zero(kvidx__map *m, uint64_t budget) {
   kvidx__mtab *nt = m->next;
-  uint64_t all = nt->bytes, k;
-  if (nt->ctrl) m->zeroed = all; /* its words need no zeroing (kvidx__place_used) */
-  k = all - m->zeroed < budget ? all - m->zeroed : budget;
+  uint64_t all = nt->bytes, k = all - m->zeroed < budget ? all - m->zeroed : budget;
   memset(KVIDX__RCAST(unsigned char *, kvidx__mtab_words(nt)) + m->zeroed, 0, KVIDX__CAST(size_t, k));
   m->zeroed += k;
   return m->zeroed == all;
@@ -2071,7 +2070,7 @@ KVIDX__PRIV int kvidx__map_reserve(kvidx *ix, kvidx__map *m, uint64_t extra) {
         kvidx__mtab_bytes(slots, m->ew) >= KVIDX_TEST_DRAIN_STEP * 1024u && 2 * slots <= KVIDX__MAP_SLOTS_MAX &&
         kvidx__mtab_bytes(2 * slots, m->ew) <= KVIDX__SIZE_MAX &&
         (m->next = kvidx__mtab_new(ix, m, 2 * slots, 0)) != NULL) { /* may fail: tried again later */
-      m->zeroed = 0;
+      m->zeroed = m->next->ctrl ? m->next->bytes : 0; /* with control bytes: nothing (kvidx__place_used) */
       kvidx__map_zero(m, step * 32 * m->ew);
     }
     return KVIDX_OK;
@@ -2668,9 +2667,8 @@ KVIDX__PRIV void kvidx__child_key(uint64_t *key, uint32_t r, uint32_t off, uint6
 }
 
 /* Reader: ask for the child map's line where the probe for (r, off, local)
- * will start (a hint: the probe validates whatever it reads). */
-/* Ask for the child-map line of (r, off, local); returns the key's hash
- * (the probe that follows need not hash it again). */
+ * will start (a hint: the probe validates whatever it reads); returns the
+ * key's hash, so the probe that follows need not hash it again. */
 KVIDX__PRIV uint64_t kvidx__child_prefetch(const kvidx *ix, uint32_t r, uint32_t off, uint64_t local) {
   uint64_t key[2], h;
   kvidx__child_key(key, r, off, local);
@@ -4956,7 +4954,7 @@ KVIDX__PRIV int kvidx__check_ctrl(kvidx *ix, const kvidx__map *m, const kvidx__m
   if (!t->ctrl) return t->tombs != 0;
   for (i = 0; i < n; i++) {
     KVIDX__A(uint64_t) *e = kvidx__mtab_words(t) + i * m->ew;
-    if (t->ctrl[i] & 0x80u) { /* a free place's words may hold anything (kvidx__place_used): unread */
+    if (KVIDX__CTRL_USED(t->ctrl[i])) { /* a free place's words may hold anything (kvidx__place_used): unread */
       uint64_t key = kvidx__ld(&e[0]);
       KVIDX__CHK(kvidx__ld(&e[m->occ]) && t->ctrl[i] == KVIDX__CTRL_BYTE(kvidx__key_hash(ix->seed, &key, 1)));
     } else {

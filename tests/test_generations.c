@@ -92,9 +92,10 @@ static void test_score_place(void) {
 }
 
 /* Answers come out of the walk in final order, no sorting, when the order
- * hints hold (kvidx__stopped, kvidx__emit_set): each set of workers that
- * stop at one depth is placed by its slots' hints (pass 1) and read back
- * through at_order (pass 2).  Between the passes (the walk's step 3) this
+ * hints hold (kvidx__stopped, kvidx__stopped_emit): every worker of the
+ * sets that stop at each depth is marked by its slot's hint (pass 1) and
+ * read back through at_order into its place (pass 2).  Between the passes
+ * (the walk's step 3) this
  * hook plays a writer the reader raced: poke 1 swaps two at_order words
  * and moves the hints' seqlock on, as a worker arriving meanwhile would
  * (a torn read of its update; the walk must see the seqlock moved and
