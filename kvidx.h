@@ -4121,33 +4121,52 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
        * go on past the run; hits: the others (each one's stop), and with
        * dev every holder seen (its device blocks).  Down a path every
        * worker holds (W64 F16's deep queries: 64 holders in each of 20+
-       * runs) a holder costs a test and two bits. */
-      kvidx__set_zero(seen, nw);
-      kvidx__set_zero(next, nw);
-      for (nhits = 0, j = 0; j < nh; j++) {
-        uint64_t e = kvidx__ld(&hp[j * hw]), bit;
-        uint32_t s = KVIDX__CAST(uint32_t, e & 0xFFFFFFFFu), cut = KVIDX__CAST(uint32_t, e >> 32), upto, c = 0;
-        if (cut > KVIDX__RUN_MAX) break; /* torn: retry */
-        /* a slot past our word count was assigned after the query began
-         * (emit_slot would skip it too), or the copy is torn: skip it, the
-         * seqlock check below tells the two apart */
-        if (s >= nw * 64) continue;
-        bit = KVIDX__CAST(uint64_t, 1) << (s & 63);
-        if (!first && !(act[s >> 6] & bit)) continue;
-        seen[s >> 6] |= bit;
-        if (cut >= m) {
-          next[s >> 6] |= bit;
-          if (!dev) continue;
+       * runs) a holder costs a test and two bits.  A fleet of at most 64
+       * slots without device counts keeps both sets in registers and
+       * branches only where a holder stops (W64 F16's p99 over per-query
+       * minima 0.90x, W16 C2048's 0.94x). */
+      nhits = 0;
+      if (nw == 1 && !dev) {
+        uint64_t in = first ? ~KVIDX__CAST(uint64_t, 0) : act[0], sn = 0, nx = 0;
+        for (j = 0; j < nh; j++) {
+          uint64_t e = kvidx__ld(&hp[j * hw]), bit;
+          uint32_t s = KVIDX__CAST(uint32_t, e & 0xFFFFFFFFu), cut = KVIDX__CAST(uint32_t, e >> 32);
+          if (cut > KVIDX__RUN_MAX) break; /* torn: retry */
+          bit = (s < 64 ? KVIDX__CAST(uint64_t, 1) << s : 0) & in; /* s >= 64: as below */
+          sn |= bit;
+          if (cut >= m) nx |= bit;
+          else if (bit) hits[nhits++] = KVIDX__HIT(s, cut, 0u);
         }
-        if (dev) { /* device blocks among the ones this worker matched here */
-          uint64_t bs;
-          upto = cut < m ? cut : m;
-          bs = kvidx__ld(&hp[j * hw + hw - 1]) & (upto >= 64 ? ~KVIDX__CAST(uint64_t, 0)
-                                                            : (KVIDX__CAST(uint64_t, 1) << upto) - 1);
-          if (!ix->tiers_on) c = upto;
-          else for (; bs; bs &= bs - 1) c++;
+        seen[0] = sn;
+        next[0] = nx;
+      } else {
+        kvidx__set_zero(seen, nw);
+        kvidx__set_zero(next, nw);
+        for (j = 0; j < nh; j++) {
+          uint64_t e = kvidx__ld(&hp[j * hw]), bit;
+          uint32_t s = KVIDX__CAST(uint32_t, e & 0xFFFFFFFFu), cut = KVIDX__CAST(uint32_t, e >> 32), upto, c = 0;
+          if (cut > KVIDX__RUN_MAX) break; /* torn: retry */
+          /* a slot past our word count was assigned after the query began
+           * (emit_slot would skip it too), or the copy is torn: skip it, the
+           * seqlock check below tells the two apart */
+          if (s >= nw * 64) continue;
+          bit = KVIDX__CAST(uint64_t, 1) << (s & 63);
+          if (!first && !(act[s >> 6] & bit)) continue;
+          seen[s >> 6] |= bit;
+          if (cut >= m) {
+            next[s >> 6] |= bit;
+            if (!dev) continue;
+          }
+          if (dev) { /* device blocks among the ones this worker matched here */
+            uint64_t bs;
+            upto = cut < m ? cut : m;
+            bs = kvidx__ld(&hp[j * hw + hw - 1]) & (upto >= 64 ? ~KVIDX__CAST(uint64_t, 0)
+                                                              : (KVIDX__CAST(uint64_t, 1) << upto) - 1);
+            if (!ix->tiers_on) c = upto;
+            else for (; bs; bs &= bs - 1) c++;
+          }
+          hits[nhits++] = KVIDX__HIT(s, cut, c);
         }
-        hits[nhits++] = KVIDX__HIT(s, cut, c);
       }
       if (j < nh) continue;
       kvidx__fence_acq();

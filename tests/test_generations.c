@@ -115,7 +115,12 @@ static void t_walk(const struct kvidx *cix, int step) {
     CHECK(kvidx_store(ix, 1, 0, NULL, poke_blocks, 6) == KVIDX_OK && kvidx_store(ix, 995, 0, NULL, poke_blocks, 6) == KVIDX_OK);
     return;
   }
-  if (step != 3 || !poke || poke == 3 || poked) return;
+  if (poke == 4 && step == 0 && !poked) { /* a worker taking slot 64 as the query starts */
+    poked = 1;
+    CHECK(kvidx_store(ix, 500, 0, NULL, poke_blocks, 6) == KVIDX_OK);
+    return;
+  }
+  if (step != 3 || !poke || poke >= 3 || poked) return;
   poked = 1;
   poke_a = kvidx__ld(&ix->idents[0].at_order), poke_b = kvidx__ld(&ix->idents[1].at_order);
   if (poke == 1) {
@@ -190,6 +195,40 @@ static void test_walk_order(int kind) {
   kvidx_destroy(ref);
 }
 
+/* Slot 64 assigned as a query of a 64-slot fleet starts: the walk keeps
+ * one-word sets (slots 0..63) and must skip the newcomer's holder entry,
+ * not take it for slot 0 (64 mod 64), which holds a shorter prefix. */
+static void test_late_slot_64(int kind) {
+  enum { L = 6 };
+  kvidx_config cfg;
+  kvidx *ix;
+  uint64_t loc[L] = {41, 42, 43, 44, 45, 46}, seq[L], other = 999;
+  kvidx_block b[L], ob;
+  kvidx_score sc[4];
+  size_t m;
+  uint64_t id;
+  int i;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.kind = kind;
+  cfg.max_workers = 80;
+  CHECK(kvidx_create(&ix, &cfg) == KVIDX_OK);
+  kvidx_seq_hashes(loc, L, seq);
+  for (i = 0; i < L; i++) b[i].local = loc[i], b[i].seq = seq[i];
+  ob.local = ob.seq = other;
+  CHECK(kvidx_store(ix, 1, 0, NULL, b, 3) == KVIDX_OK); /* slot 0: 3 blocks of the path */
+  for (id = 2; id <= 64; id++) CHECK(kvidx_store(ix, id, 0, NULL, &ob, 1) == KVIDX_OK); /* slots 1..63 */
+  poke_blocks = b;
+  poke = 4;
+  m = kvidx_find_matches(ix, loc, L, sc, 4);
+  CHECK(poked);
+  CHECK(m == 1 && sc[0].worker_id == 1 && sc[0].depth == 3);
+  poke = poked = 0;
+  m = kvidx_find_matches(ix, loc, L, sc, 4); /* and once it is there */
+  CHECK(m == 2 && sc[0].worker_id == 500 && sc[0].depth == 6 && sc[1].worker_id == 1 && sc[1].depth == 3);
+  CHECK(kvidx__check(ix) == 0);
+  kvidx_destroy(ix);
+}
+
 int main(void) {
   static const int kinds[2] = {KVIDX_RADIX, KVIDX_POSITIONAL};
   int k, round;
@@ -224,6 +263,8 @@ int main(void) {
   test_score_place();
   test_walk_order(KVIDX_RADIX);
   test_walk_order(KVIDX_POSITIONAL);
+  test_late_slot_64(KVIDX_RADIX);
+  test_late_slot_64(KVIDX_POSITIONAL);
   printf("generations and order hints: %d passed, %d failed\n", checks - fails, fails);
   return fails != 0;
 }
