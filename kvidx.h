@@ -1213,13 +1213,17 @@ KVIDX__PRIV unsigned kvidx__ctz64(uint64_t x) { /* x != 0 */
 #endif
 }
 
+/* Without a popcount instruction (-mpopcnt, or ARM's) GCC's builtin is a
+ * call into libgcc: the few lines below are inline (the query's answer
+ * counts its sets with it). */
 KVIDX__PRIV unsigned kvidx__popcount64(uint64_t x) {
-#if defined(__GNUC__) || defined(__clang__)
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__POPCNT__) || defined(__aarch64__))
   return KVIDX__CAST(unsigned, __builtin_popcountll(x));
 #else
-  unsigned c = 0;
-  for (; x; x &= x - 1) c++;
-  return c;
+  x -= (x >> 1) & 0x5555555555555555ull;
+  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+  x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+  return KVIDX__CAST(unsigned, (x * 0x0101010101010101ull) >> 56);
 #endif
 }
 
@@ -3898,10 +3902,10 @@ KVIDX__PRIV void kvidx__stopped_add(const kvidx *ix, kvidx__sink *k, kvidx__stop
  * began) leaves a hole, closed at the end.  Else set by set. */
 KVIDX__PRIV void kvidx__stopped_emit(const kvidx *ix, kvidx__sink *k, kvidx__stopped *st, const uint32_t *dev) {
   kvidx *mix = KVIDX__MUT(ix);
-  uint64_t all = 0, placed = 0, b, id;
-  size_t at[64], total = 0, i, holes = 0;
-  unsigned char in_set[64];
-  uint32_t g, s, h, rank, order, lim = ix->max_workers < 64 ? ix->max_workers : 64, top = 0;
+  uint64_t all = 0, placed = 0, b, id, gen = k->gen;
+  size_t at[64], total = 0, i, holes = 0, esz = k->esz;
+  unsigned char in_set[64], *out = k->out;
+  uint32_t g, s, h, rank, order, lim = ix->max_workers < 64 ? ix->max_workers : 64, top = 0, d32[64];
   if (st->n && !st->depth[0]) top = 1; /* depth 0: not reported */
   for (g = top; g < st->n; g++) total += kvidx__popcount64(st->set[g]);
   if ((k->esz != sizeof(kvidx_score) && k->esz != sizeof(kvidx_tier_score)) || k->cap - k->n < total) {
@@ -3915,6 +3919,7 @@ KVIDX__PRIV void kvidx__stopped_emit(const kvidx *ix, kvidx__sink *k, kvidx__sto
     at[g] = i;
     i += kvidx__popcount64(st->set[g]);
     all |= st->set[g];
+    d32[g] = kvidx__depth32(st->depth[g]);
     for (b = st->set[g]; b; b &= b - 1) in_set[kvidx__ctz64(b)] = KVIDX__CAST(unsigned char, g);
   }
   for (b = all; b; b &= b - 1) {
@@ -3937,12 +3942,12 @@ KVIDX__PRIV void kvidx__stopped_emit(const kvidx *ix, kvidx__sink *k, kvidx__sto
     all &= ~(KVIDX__CAST(uint64_t, 1) << s);
     g = in_set[s];
     i = at[g]++;
-    if (kvidx__ident_read(ix, s, k->gen, &id, &rank, &order)) {
-      kvidx_score *sc = KVIDX__SC(k, i);
+    if (kvidx__ident_read(ix, s, gen, &id, &rank, &order)) { /* the sink's fields in locals: stores to sc may alias them */
+      kvidx_score *sc = KVIDX__RCAST(kvidx_score *, out + i * esz);
       sc->worker_id = id;
       sc->dp_rank = rank;
-      sc->depth = kvidx__depth32(st->depth[g]);
-      if (k->esz == sizeof(kvidx_tier_score)) {
+      sc->depth = d32[g];
+      if (esz == sizeof(kvidx_tier_score)) {
         KVIDX__RCAST(kvidx_tier_score *, sc)->device_blocks = dev ? dev[s] : 0;
         KVIDX__RCAST(kvidx_tier_score *, sc)->reserved_ = 0;
       }
