@@ -622,6 +622,15 @@ static long parse_hashes(const char *p, const char *end, uint64_t **loc, size_t 
   return (long)n;
 }
 
+/* 1 (and the reason told) while the replica is not ready to answer. */
+static int refuse_not_ready(sbuf *out) {
+  if (atomic_load(&g_ready)) return 0;
+  pthread_mutex_lock(&g_reason_lock);
+  sb_printf(out, "ERR not ready: %s\n", g_not_ready);
+  pthread_mutex_unlock(&g_reason_lock);
+  return 1;
+}
+
 static void on_query_line(char *line, size_t len, sbuf *out) {
   static uint64_t *loc;
   static size_t loc_cap;
@@ -632,11 +641,7 @@ static void on_query_line(char *line, size_t len, sbuf *out) {
     long n = parse_hashes(line + 6, line + len, &loc, &loc_cap);
     if (n < 0) {
       sb_printf(out, "ERR bad number\n");
-    } else if (!atomic_load(&g_ready)) {
-      pthread_mutex_lock(&g_reason_lock);
-      sb_printf(out, "ERR not ready: %s\n", g_not_ready);
-      pthread_mutex_unlock(&g_reason_lock);
-    } else {
+    } else if (!refuse_not_ready(out)) {
       pthread_rwlock_rdlock(&g_ix_lock);
       answer_matches(g_ix, loc, (size_t)n, out);
       pthread_rwlock_unlock(&g_ix_lock);
@@ -673,11 +678,7 @@ static void on_query_line(char *line, size_t len, sbuf *out) {
     }
     if (bad) {
       sb_printf(out, "ERR bad number\n");
-    } else if (!atomic_load(&g_ready)) {
-      pthread_mutex_lock(&g_reason_lock);
-      sb_printf(out, "ERR not ready: %s\n", g_not_ready);
-      pthread_mutex_unlock(&g_reason_lock);
-    } else {
+    } else if (!refuse_not_ready(out)) {
       n = kvidx_block_hashes(tok, n, g_block_size, seed, loc);
       pthread_rwlock_rdlock(&g_ix_lock);
       answer_matches(g_ix, loc, n, out);
@@ -688,11 +689,7 @@ static void on_query_line(char *line, size_t len, sbuf *out) {
     uint64_t w;
     if (next_u64(&p, line + len, &w)) {
       sb_printf(out, "ERR usage: WORKER wid\n");
-    } else if (!atomic_load(&g_ready)) {
-      pthread_mutex_lock(&g_reason_lock);
-      sb_printf(out, "ERR not ready: %s\n", g_not_ready);
-      pthread_mutex_unlock(&g_reason_lock);
-    } else {
+    } else if (!refuse_not_ready(out)) {
       pthread_rwlock_rdlock(&g_ix_lock);
       sb_printf(out, "OK blocks=%zu\n", kvidx_worker_blocks(g_ix, w, 0));
       pthread_rwlock_unlock(&g_ix_lock);
