@@ -23,7 +23,7 @@ COV_DEB_PKGS := llvm-14 clang-14
 COV_TESTS := test_core test_core_drain test_events test_snapshot_bounds test_edges test_interleave test_threads
 cov_test_core_SRCS            := tests/test_core.c tests/test_impl.c
 cov_test_core_drain_SRCS      := tests/test_core.c tests/test_impl.c
-cov_test_core_drain_DEFS      := -DKVIDX_TEST_DRAIN_STEP=1
+cov_test_core_drain_DEFS      := -DKVIDX_TEST_DRAIN_STEP=1 -DKVIDX_TEST_BULK_MAX=0
 cov_test_interleave_DEFS      := -DKVIDX_TEST_DRAIN_STEP=1
 cov_test_events_SRCS          := tests/test_events.c tests/test_impl.c
 cov_test_snapshot_bounds_SRCS := tests/test_snapshot_bounds.c tests/test_impl.c

@@ -977,8 +977,11 @@ int t_ctrl_drain_stop(void) {
     nt = kvidx__mtab_new(ix, &m, 2 * slots, 1);
     TD(nt != NULL);
     if (nt) {
+      uint64_t nt_bytes = nt->bytes;
       kvidx__map_switch(ix, &m, nt, 41); /* sweeps from place 0 (free) on */
-      TD(kvidx__ld(&m.old) != NULL);
+      /* into a table with control bytes of at most KVIDX_TEST_BULK_MAX bytes
+       * it moves at once instead (the clang ASan build, with 0, drains both) */
+      TD(kvidx__ld(&m.old) != NULL || (KVIDX__CTRL && nt_bytes <= KVIDX_TEST_BULK_MAX));
       at = kvidx__map_find(ix, &m, &key[2]);
       TD(at != KVIDX__NONE && kvidx__map_find(ix, &m, &key[0]) != KVIDX__NONE);
       TD(kvidx__map_find(ix, &m, &key[1]) == KVIDX__NONE && m.n == 2);
