@@ -3973,7 +3973,7 @@ KVIDX__PRIV void kvidx__stopped_emit(const kvidx *ix, kvidx__sink *k, kvidx__sto
   uint64_t all = 0, placed = 0, b, id, gen = k->gen;
   size_t at[64], total = 0, i, holes = 0, esz = k->esz;
   unsigned char in_set[64], *out = k->out;
-  uint32_t g, s, h, rank, order, lim = ix->max_workers < 64 ? ix->max_workers : 64, top = 0, d32[64];
+  uint32_t g, s, h, rank, order, lim = ix->max_workers < 64 ? ix->max_workers : 64, top = 0;
   if (st->n && !st->depth[0]) top = 1; /* depth 0: not reported */
   for (g = top; g < st->n; g++) total += kvidx__popcount64(st->set[g]);
   if ((k->esz != sizeof(kvidx_score) && k->esz != sizeof(kvidx_tier_score)) || k->cap - k->n < total) {
@@ -3987,7 +3987,6 @@ KVIDX__PRIV void kvidx__stopped_emit(const kvidx *ix, kvidx__sink *k, kvidx__sto
     at[g] = i;
     i += kvidx__popcount64(st->set[g]);
     all |= st->set[g];
-    d32[g] = kvidx__depth32(st->depth[g]);
     for (b = st->set[g]; b; b &= b - 1) in_set[kvidx__ctz64(b)] = KVIDX__CAST(unsigned char, g);
   }
   for (b = all; b; b &= b - 1) {
@@ -4014,7 +4013,7 @@ KVIDX__PRIV void kvidx__stopped_emit(const kvidx *ix, kvidx__sink *k, kvidx__sto
       kvidx_score *sc = KVIDX__RCAST(kvidx_score *, out + i * esz);
       sc->worker_id = id;
       sc->dp_rank = rank;
-      sc->depth = d32[g];
+      sc->depth = kvidx__depth32(st->depth[g]);
       if (esz == sizeof(kvidx_tier_score)) {
         KVIDX__RCAST(kvidx_tier_score *, sc)->device_blocks = dev ? dev[s] : 0;
         KVIDX__RCAST(kvidx_tier_score *, sc)->reserved_ = 0;
