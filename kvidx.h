@@ -367,7 +367,7 @@
  *          KiB moves into it in one pass, its used places kept as bits
  *          (kvidx__map_rehash_all; KVIDX_TEST_BULK_MAX): W16 C16384's
  *          events 0.94x the time, the worst store while growing to 4M
- *          blocks 0.39-0.64 ms of CPU (0.21-0.42 without).
+ *          blocks 0.37-0.73 ms of CPU (0.21-0.42 without).
  *   0.1.0  first release: hashing, reference model, radix and positional
  *          indexes, caller-buffer mode, seqlock reader path, event ids,
  *          storage tiers, eviction policies and TTL mode, dumps and binary
@@ -2025,11 +2025,11 @@ KVIDX__PRIV int kvidx__map_zero(kvidx__map *m, uint64_t budget) {
  * entries take at most KVIDX_TEST_BULK_MAX bytes (512 KiB: the call also
  * takes the page faults of nt's fresh memory, all of them).  0 if the
  * scratch bitmap could not be had (then the drain moves them as for
- * larger tables).  nt's used places are kept as
- * bits, so the free place at or after an entry's home is a shift and a
- * bit scan of one word, not a loop over bytes; old's bytes need no
- * clearing (the table goes) and nt has no deleted places.  W16 C16384's
- * events 0.91x-0.95x the time (session 31). */
+ * larger tables).  nt's used places are kept as bits, so the free place
+ * at or after an entry's home is a shift and a bit scan of one word, not
+ * a loop over bytes; old's bytes need no clearing (the table goes) and
+ * nt has no deleted places.  W16 C16384's events 0.93x-0.95x the time
+ * (session 31). */
 KVIDX__PRIV int kvidx__map_rehash_all(kvidx *ix, kvidx__map *m, kvidx__mtab *t, kvidx__mtab *nt) {
   KVIDX__A(uint64_t) *w = kvidx__mtab_words(t), *tw = kvidx__mtab_words(nt);
   uint64_t size = t->mask + 1, tmask = nt->mask, ew = m->ew, seed = ix->seed, at, k, from = 0;
