@@ -1549,6 +1549,12 @@ KVIDX__PRIV uint64_t kvidx__drain_step(const kvidx__map *m, uint64_t entries) {
 #define KVIDX__TAG_MASK 0xFFFFu
 #define KVIDX__POS_TAG(h) (((h) & KVIDX__TAG_MASK) << 16)
 #define KVIDX__TAG_HOME(pos, mask) (((pos) >> 16) & (mask)) /* mask <= KVIDX__TAG_MASK */
+/* An entry's home in a table of mask + 1 places, one-word key `key`: from
+ * the tag of its position word `pos` where `tagged` (a seq table of at most
+ * 2^16 places), else from the key's hash.  A macro: only the expression
+ * taken is evaluated (each may be an atomic load). */
+#define KVIDX__HOME(tagged, pos, key, seed, mask)                                                            \
+  ((tagged) ? KVIDX__TAG_HOME(pos, mask) : kvidx__mix((key) ^ (seed)) & (mask))
 #define KVIDX__MAP_SLOTS_MAX 0x40000000u /* so no position is KVIDX__NONE or has the bit */
 
 KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__mtab_words(const kvidx__mtab *t) { return t->words; }
@@ -1682,10 +1688,8 @@ KVIDX__HOT unsigned kvidx__ctrl_empties(const unsigned char *p) {
  * its tag in a seq table of at most 2^16 places, else from its key's hash
  * (control bytes are only on maps with one-word keys). */
 KVIDX__HOT uint64_t kvidx__home_at(const kvidx *ix, const kvidx__map *m, const kvidx__mtab *t, uint64_t q, uint64_t v) {
-  uint64_t key;
-  if (m->seq && t->mask <= KVIDX__TAG_MASK) return KVIDX__TAG_HOME(v, t->mask);
-  key = kvidx__ld(&kvidx__mtab_words(t)[q * m->ew]);
-  return kvidx__key_hash(ix->seed, &key, 1) & t->mask;
+  return KVIDX__HOME(m->seq && t->mask <= KVIDX__TAG_MASK, v, kvidx__ld(&kvidx__mtab_words(t)[q * m->ew]), ix->seed,
+                     t->mask);
 }
 
 /* Whether a probe may go past free place i of table t (map m) on its way
@@ -1877,6 +1881,18 @@ KVIDX__PRIV void kvidx__map_retire(kvidx *ix, kvidx__map *m, kvidx__mtab *t) {
   }
 }
 
+/* Copy an entry of ew words (a seq table's two straight): a drain's or a
+ * one-pass move's. */
+KVIDX__HOT void kvidx__entry_copy(KVIDX__A(uint64_t) *to, KVIDX__A(uint64_t) *from, uint64_t ew) {
+  uint64_t k;
+  if (ew == 2) {
+    kvidx__st(&to[0], kvidx__ld(&from[0]));
+    kvidx__st(&to[1], kvidx__ld(&from[1]));
+  } else {
+    for (k = 0; k < ew; k++) kvidx__st(&to[k], kvidx__ld(&from[k]));
+  }
+}
+
 /* Whether a drain may stop at old's free place i, leaving the places from
  * i on in old: no entry among them would then sit past a swept home.  In a
  * table without control bytes, a probe stops at the first free place, so
@@ -1951,14 +1967,9 @@ KVIDX__PRIV void kvidx__map_drain(kvidx *ix, kvidx__map *m, uint64_t budget) {
       for (; used; used &= used - 1) {
         uint64_t q = (xi + kvidx__ctz64(used)) & omask, j;
         KVIDX__A(uint64_t) *x = w + q * ew;
-        j = tagged ? KVIDX__TAG_HOME(kvidx__ld(&x[1]), tmask) : kvidx__mix(kvidx__ld(&x[0]) ^ seed) & tmask;
+        j = KVIDX__HOME(tagged, kvidx__ld(&x[1]), kvidx__ld(&x[0]), seed, tmask);
         while (KVIDX__CTRL_USED(t->ctrl[j])) j = (j + 1) & tmask;
-        if (ew == 2) { /* the seq tables' entry, straight */
-          kvidx__st(&tw[2 * j], kvidx__ld(&x[0]));
-          kvidx__st(&tw[2 * j + 1], kvidx__ld(&x[1]));
-        } else {
-          for (k = 0; k < ew; k++) kvidx__st(&tw[j * ew + k], kvidx__ld(&x[k]));
-        }
+        kvidx__entry_copy(tw + j * ew, x, ew);
         kvidx__ctrl_fill(t, j, o->ctrl[q]);
         kvidx__ctrl_set(o->ctrl, omask, q, 0);
       }
@@ -1980,7 +1991,7 @@ KVIDX__PRIV void kvidx__map_drain(kvidx *ix, kvidx__map *m, uint64_t budget) {
       KVIDX__A(uint64_t) *x = w + 2 * xi;
       uint64_t v = kvidx__ld(&x[1]), k0 = kvidx__ld(&x[0]), j;
       if (at >= stop && !v && kvidx__drain_can_stop(ix, m, o, xi)) break;
-      j = tagged ? KVIDX__TAG_HOME(v, tmask) : kvidx__mix(k0 ^ seed) & tmask;
+      j = KVIDX__HOME(tagged, v, k0, seed, tmask);
       for (p = v ? tw + 2 * j : spare; kvidx__ld(&p[1]); p = tw + 2 * j) j = (j + 1) & tmask;
       kvidx__st(&p[0], k0);
       kvidx__st(&p[1], v);
@@ -2030,32 +2041,26 @@ KVIDX__PRIV int kvidx__map_zero(kvidx__map *m, uint64_t budget) {
  * a loop over bytes; old's bytes need no clearing (the table goes) and
  * nt has no deleted places.  W16 C16384's events 0.93x-0.95x the time
  * (session 31). */
-KVIDX__PRIV int kvidx__map_rehash_all(kvidx *ix, kvidx__map *m, kvidx__mtab *t, kvidx__mtab *nt) {
+KVIDX__PRIV int kvidx__map_rehash_all(kvidx *ix, kvidx__map *m, kvidx__mtab *t, kvidx__mtab *nt, uint64_t from) {
   KVIDX__A(uint64_t) *w = kvidx__mtab_words(t), *tw = kvidx__mtab_words(nt);
-  uint64_t size = t->mask + 1, tmask = nt->mask, ew = m->ew, seed = ix->seed, at, k, from = 0;
+  uint64_t size = t->mask + 1, tmask = nt->mask, ew = m->ew, seed = ix->seed, at;
   size_t nb = KVIDX__CAST(size_t, (tmask + 64) / 64) * sizeof(uint64_t);
   uint64_t *bits = KVIDX__CAST(uint64_t *, kvidx__alloc(ix, nb));
   int tagged = m->seq && tmask <= KVIDX__TAG_MASK;
   if (!bits) return 0;
   memset(bits, 0, nb);
-  while (KVIDX__CTRL_USED(t->ctrl[from])) from++; /* from a free place, as a drain sweeps: rows keep their order */
-  for (at = 0; at < size; at += 16) {
+  for (at = 0; at < size; at += 16) { /* from a free place, as a drain sweeps: rows keep their order */
     uint64_t xi = (from + at) & t->mask;
     unsigned used = KVIDX__CAST(unsigned, _mm_movemask_epi8(_mm_loadu_si128(KVIDX__RCAST(const __m128i *, t->ctrl + xi))));
     if (at + 16 > size) used &= (1u << (size - at)) - 1; /* a table of 8 places: not twice */
     for (; used; used &= used - 1) {
       uint64_t q = (xi + kvidx__ctz64(used)) & t->mask, j, f;
       KVIDX__A(uint64_t) *x = w + q * ew;
-      j = tagged ? KVIDX__TAG_HOME(kvidx__ld(&x[1]), tmask) : kvidx__mix(kvidx__ld(&x[0]) ^ seed) & tmask;
+      j = KVIDX__HOME(tagged, kvidx__ld(&x[1]), kvidx__ld(&x[0]), seed, tmask);
       while (!(f = ~bits[j >> 6] >> (j & 63))) j = ((j | 63) + 1) & tmask; /* this word full: the next */
       j += kvidx__ctz64(f);
       bits[j >> 6] |= KVIDX__CAST(uint64_t, 1) << (j & 63);
-      if (ew == 2) {
-        kvidx__st(&tw[2 * j], kvidx__ld(&x[0]));
-        kvidx__st(&tw[2 * j + 1], kvidx__ld(&x[1]));
-      } else {
-        for (k = 0; k < ew; k++) kvidx__st(&tw[j * ew + k], kvidx__ld(&x[k]));
-      }
+      kvidx__entry_copy(tw + j * ew, x, ew);
       kvidx__ctrl_set(nt->ctrl, tmask, j, t->ctrl[q]);
     }
   }
@@ -2070,16 +2075,17 @@ KVIDX__PRIV int kvidx__map_rehash_all(kvidx *ix, kvidx__map *m, kvidx__mtab *t, 
 KVIDX__PRIV void kvidx__map_switch(kvidx *ix, kvidx__map *m, kvidx__mtab *nt, uint64_t step) {
   kvidx__mtab *t = kvidx__ld(&m->tab);
   uint64_t i = 0;
+  if (t) /* the sweep starts after a free place (there is one: load <= 3/4) */
+    while (kvidx__place_used(m, t, i)) i++;
 #if KVIDX__CTRL
   if (t && !m->shared && t->ctrl && nt->ctrl && nt->mask >= 63 && nt->bytes <= KVIDX_TEST_BULK_MAX &&
-      kvidx__map_rehash_all(ix, m, t, nt)) {
+      kvidx__map_rehash_all(ix, m, t, nt, i)) {
     kvidx__st_rel(&m->tab, nt);
-    kvidx__mtab_free(ix, t);
+    kvidx__map_retire(ix, m, t);
     return;
   }
 #endif
-  if (t) { /* the sweep starts after a free place (there is one: load <= 3/4) */
-    while (kvidx__place_used(m, t, i)) i++;
+  if (t) {
     m->drain_from = i;
     m->drained = 0;
     kvidx__st_rel(&m->old, t); /* before tab: a reader that sees the new tab sees old */
@@ -2220,7 +2226,7 @@ KVIDX__PRIV void kvidx__map_put_at(kvidx__map *m, uint32_t at, const uint64_t *e
 KVIDX__HOT void kvidx__shift_back2(KVIDX__A(uint64_t) *w, uint64_t i, uint64_t mask, uint64_t seed, int tagged) {
   uint64_t j, v;
   for (j = (i + 1) & mask; (v = kvidx__ld(&w[2 * j + 1])) != 0; j = (j + 1) & mask) {
-    uint64_t h = tagged ? KVIDX__TAG_HOME(v, mask) : kvidx__mix(kvidx__ld(&w[2 * j]) ^ seed) & mask;
+    uint64_t h = KVIDX__HOME(tagged, v, kvidx__ld(&w[2 * j]), seed, mask);
     if (((j - h) & mask) >= ((j - i) & mask)) { /* j's home is not in (i, j]: move it back */
       kvidx__st(&w[2 * i], kvidx__ld(&w[2 * j]));
       kvidx__st(&w[2 * i + 1], v);
