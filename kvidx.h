@@ -2032,6 +2032,46 @@ KVIDX__PRIV int kvidx__map_zero(kvidx__map *m, uint64_t budget) {
 }
 
 #if KVIDX__CTRL
+/* The one-pass move's loop over t's used places (kvidx__map_rehash_all).
+ * nt's bitmap is read and written through one word per half of nt held in
+ * a local: the entries arrive in old's order, so each half's homes climb
+ * and a word stays in use for about 64 places (the bitmap in memory made
+ * each placement wait for the last one's store).  Inline, so the two-word
+ * tagged case (a seq table without eviction keys) is compiled with its
+ * constants. */
+KVIDX__HOT void kvidx__rehash_loop(const kvidx__mtab *t, kvidx__mtab *nt, uint64_t *bits, uint64_t from, uint64_t ew,
+                                   int tagged, uint64_t seed) {
+  KVIDX__A(uint64_t) *w = kvidx__mtab_words(t), *tw = kvidx__mtab_words(nt);
+  uint64_t size = t->mask + 1, tmask = nt->mask, words = (tmask + 1) / 64, at;
+  unsigned half = words > 1 ? kvidx__log2(words) - 1 : 1; /* word i is in half i >> half */
+  uint64_t word_at[2], word[2];
+  word_at[0] = 0, word_at[1] = words / 2, word[0] = word[1] = 0; /* the bitmap starts zeroed */
+  for (at = 0; at < size; at += 16) { /* from a free place, as a drain sweeps: rows keep their order */
+    uint64_t xi = (from + at) & t->mask;
+    unsigned used = KVIDX__CAST(unsigned, _mm_movemask_epi8(_mm_loadu_si128(KVIDX__RCAST(const __m128i *, t->ctrl + xi))));
+    if (at + 16 > size) used &= (1u << (size - at)) - 1; /* a table of 8 places: not twice */
+    for (; used; used &= used - 1) {
+      uint64_t q = (xi + kvidx__ctz64(used)) & t->mask, j, f, hi;
+      KVIDX__A(uint64_t) *x = w + q * ew;
+      j = KVIDX__HOME(tagged, kvidx__ld(&x[1]), kvidx__ld(&x[0]), seed, tmask);
+      for (;;) {
+        uint64_t wi = j >> 6;
+        hi = wi >> half;
+        if (wi != word_at[hi]) { /* this half moves to another word: keep the one it leaves */
+          bits[word_at[hi]] = word[hi];
+          word[hi] = bits[word_at[hi] = wi];
+        }
+        if ((f = ~word[hi] >> (j & 63)) != 0) break;
+        j = ((j | 63) + 1) & tmask; /* this word full: the next */
+      }
+      j += kvidx__ctz64(f);
+      word[hi] |= KVIDX__CAST(uint64_t, 1) << (j & 63); /* j stayed in word hi's word */
+      kvidx__entry_copy(tw, j, x, ew);
+      kvidx__ctrl_set(nt->ctrl, tmask, j, t->ctrl[q]);
+    }
+  }
+}
+
 /* Move every entry of t into the empty table nt at once: a map no reader
  * probes, both tables with control bytes, nt of at least 64 places whose
  * entries take at most KVIDX_TEST_BULK_MAX bytes (512 KiB: the call also
@@ -2043,28 +2083,13 @@ KVIDX__PRIV int kvidx__map_zero(kvidx__map *m, uint64_t budget) {
  * nt has no deleted places.  W16 C16384's events 0.93x-0.95x the time
  * (session 31). */
 KVIDX__PRIV int kvidx__map_rehash_all(kvidx *ix, kvidx__map *m, kvidx__mtab *t, kvidx__mtab *nt, uint64_t from) {
-  KVIDX__A(uint64_t) *w = kvidx__mtab_words(t), *tw = kvidx__mtab_words(nt);
-  uint64_t size = t->mask + 1, tmask = nt->mask, ew = m->ew, seed = ix->seed, at;
-  size_t nb = KVIDX__CAST(size_t, (tmask + 64) / 64) * sizeof(uint64_t);
+  size_t nb = KVIDX__CAST(size_t, (nt->mask + 64) / 64) * sizeof(uint64_t);
   uint64_t *bits = KVIDX__CAST(uint64_t *, kvidx__alloc(ix, nb));
-  int tagged = m->seq && tmask <= KVIDX__TAG_MASK;
+  int tagged = m->seq && nt->mask <= KVIDX__TAG_MASK;
   if (!bits) return 0;
   memset(bits, 0, nb);
-  for (at = 0; at < size; at += 16) { /* from a free place, as a drain sweeps: rows keep their order */
-    uint64_t xi = (from + at) & t->mask;
-    unsigned used = KVIDX__CAST(unsigned, _mm_movemask_epi8(_mm_loadu_si128(KVIDX__RCAST(const __m128i *, t->ctrl + xi))));
-    if (at + 16 > size) used &= (1u << (size - at)) - 1; /* a table of 8 places: not twice */
-    for (; used; used &= used - 1) {
-      uint64_t q = (xi + kvidx__ctz64(used)) & t->mask, j, f;
-      KVIDX__A(uint64_t) *x = w + q * ew;
-      j = KVIDX__HOME(tagged, kvidx__ld(&x[1]), kvidx__ld(&x[0]), seed, tmask);
-      while (!(f = ~bits[j >> 6] >> (j & 63))) j = ((j | 63) + 1) & tmask; /* this word full: the next */
-      j += kvidx__ctz64(f);
-      bits[j >> 6] |= KVIDX__CAST(uint64_t, 1) << (j & 63);
-      kvidx__entry_copy(tw, j, x, ew);
-      kvidx__ctrl_set(nt->ctrl, tmask, j, t->ctrl[q]);
-    }
-  }
+  if (m->ew == 2 && tagged) kvidx__rehash_loop(t, nt, bits, from, 2, 1, 0);
+  else kvidx__rehash_loop(t, nt, bits, from, m->ew, tagged, ix->seed);
   kvidx__free(ix, bits, nb);
   return 1;
 }
