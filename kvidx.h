@@ -3606,6 +3606,74 @@ KVIDX__PRIV size_t kvidx__fresh_seqs(kvidx *ix, uint32_t s, const kvidx_block *b
   return fresh;
 }
 
+/* A store's stretch of new blocks at the end of the cursor's run (a run
+ * this store made or logged, nothing below it, its holding cached in hc):
+ * blocks i.. of b, block i new (the caller probed it: its seq's hash hi,
+ * its free place free_at; the next blocks' hashes are in homes, as the
+ * caller's loop keeps them).  Each block's seq is probed and put in turn
+ * (a put moves the next probe's free place) and its local written past the
+ * run's length; at the end the run takes them all in one write (one
+ * seqlock section, one length) and the holding its bits in one word.
+ * Stops before a block the worker holds (the caller probes it again), at
+ * the run's 64th block and at max_entries.  Nothing can run out part way:
+ * a locals chunk too small is replaced first, and if that fails, 0 with
+ * nothing changed (the caller's general path takes block i).  The plain
+ * seq table only (two words, not draining).  Returns the blocks taken;
+ * the caller counts them.  Two blocks in three of W16 C16384's stores come
+ * this way: its store path 8.8% fewer instructions, events 0.93x the time. */
+KVIDX__PRIV size_t kvidx__store_tail(kvidx *ix, kvidx__cursor *cur, const kvidx__seqview *sv, kvidx__hcache *hc,
+                                     const kvidx_block *b, size_t i, size_t n, uint64_t *homes, uint64_t hi,
+                                     uint32_t free_at, uint32_t tbit, int dev) {
+  kvidx__run *rn = cur->rn;
+  uint32_t shape = kvidx__ld(&rn->shape), len = KVIDX__LEN(shape), lc = KVIDX__LCLS(shape);
+  uint32_t li = KVIDX__NONE, nli = KVIDX__NONE;
+  KVIDX__A(uint64_t) *lw = cur->lw, *h = hc->h;
+  uint64_t held = kvidx__ld(&h[KVIDX__H_HELD]), room = KVIDX__RUN_MAX - len, ones, mask;
+  size_t j = i, k; /* no bit of held is past len (kvidx__check_holdings) */
+  if (room > n - i) room = n - i;
+  if (room > ix->max_entries - ix->entries) room = ix->max_entries - ix->entries;
+  if (len + room > (1u << lc)) { /* a chunk the stretch fits in, before anything changes */
+    unsigned c = kvidx__class_of(len + room);
+    if ((nli = kvidx__chunk_alloc(ix, c)) == KVIDX__NONE) return 0;
+    li = kvidx__ld(&rn->locals);
+    kvidx__words_copy(ix, nli, li, len);
+    lw = kvidx__word(ix, nli);
+    shape = KVIDX__SHAPE(len, KVIDX__POFF(shape), c, KVIDX__HCLS(shape));
+  }
+  for (;;) { /* block j is new: its seq goes to free_at, its local past the length */
+    uint64_t hj = j == i ? hi : homes[j % KVIDX__AHEAD]; /* the caller's loop has moved homes[i] on */
+    uint32_t at = len + KVIDX__CAST(uint32_t, j - i);
+    KVIDX__A(uint64_t) *w;
+    if (j > i) { /* block i was probed by the caller */
+      if (kvidx__seqview_find(sv, b[j].seq, hj, &free_at) != KVIDX__NONE) break; /* held: homes[j] stays */
+      if (j + KVIDX__AHEAD < n) /* as the caller's loop does, a step later */
+        kvidx__seqview_prefetch(sv, homes[j % KVIDX__AHEAD] = kvidx__key_hash(ix->seed, &b[j + KVIDX__AHEAD].seq, 1), 1);
+    }
+    w = sv->w + 2 * KVIDX__CAST(size_t, free_at);
+    kvidx__st(&w[0], b[j].seq);
+    kvidx__st_rel(&w[1], KVIDX__POS(cur->r, at, tbit) | KVIDX__POS_TAG(hj));
+    if (sv->t->ctrl) kvidx__ctrl_fill(sv->t, free_at, KVIDX__CTRL_BYTE(hj));
+    kvidx__st(&lw[at], b[j].local); /* past the length: no reader reads it yet */
+    if (++j - i == room) break;
+  }
+  k = j - i;
+  kvidx__run_wbegin(rn);
+  KVIDX_TEST_HOOK(ix, 2); /* a run growing */
+  if (nli != KVIDX__NONE) kvidx__st(&rn->locals, nli);
+  kvidx__st(&rn->shape, shape + KVIDX__CAST(uint32_t, k)); /* the length is the low byte (< 64) */
+  kvidx__run_wend(rn);
+  if (nli != KVIDX__NONE) kvidx__chunk_free(ix, li, lc);
+  ix->entries += k;
+  ones = k == 64 ? ~KVIDX__CAST(uint64_t, 0) : (KVIDX__CAST(uint64_t, 1) << k) - 1;
+  mask = ones << len;
+  kvidx__st(&h[KVIDX__H_HELD], held | mask);
+  if (dev) kvidx__st(&h[ix->hdev], kvidx__ld(&h[ix->hdev]) | mask); /* hdev is the held word without tiers */
+  cur->lw = lw;
+  cur->len = len + KVIDX__CAST(uint32_t, k);
+  cur->off = cur->len - 1;
+  return k;
+}
+
 /* detached: block 0 continues a prefix nobody holds; its local is its chain
  * (a dump's record of a detached run, kvidx_event.detached). */
 KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uint64_t *parent, const kvidx_block *b,
@@ -3704,6 +3772,19 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
       held[i >> 6] |= KVIDX__CAST(uint64_t, 1) << (i & 63);
       tail = 0;
       continue;
+    }
+    if (tail && plain && hc.run == cur.r && ix->entries < ix->max_entries) {
+      /* the commonest case: new blocks at the end of a run this store made
+       * or logged, its holding at hand (kvidx__store_tail) */
+      size_t k = kvidx__store_tail(ix, &cur, &sv, &hc, b, i, n, homes, h, free_at, tbit, tier == KVIDX_TIER_DEVICE);
+      if (k) {
+        sl->seqs.n += KVIDX__CAST(uint32_t, k);
+        sl->blocks += k;
+        ix->blocks += k;
+        tail = cur.len < KVIDX__RUN_MAX;
+        i += k - 1;
+        continue;
+      }
     }
     if (tail && ix->entries < ix->max_entries) {
       /* the common case: one more block at the end of a run this store made
