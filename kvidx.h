@@ -3629,6 +3629,9 @@ KVIDX__PRIV size_t kvidx__store_tail(kvidx *ix, kvidx__cursor *cur, const kvidx_
   uint32_t li = KVIDX__NONE, nli = KVIDX__NONE;
   KVIDX__A(uint64_t) *lw = cur->lw, *h = hc->h;
   uint64_t held = kvidx__ld(&h[KVIDX__H_HELD]), room = KVIDX__RUN_MAX - len, ones, mask;
+  uint64_t pos0 = KVIDX__POS(cur->r, 0, tbit), hj = hi; /* the caller's loop has moved homes[i] on */
+  KVIDX__A(uint64_t) *sw = sv->w; /* the fields in locals: the stores below may alias them */
+  kvidx__mtab *t = sv->t;
   size_t j = i, k; /* no bit of held is past len (kvidx__check_holdings) */
   if (room > n - i) room = n - i;
   if (room > ix->max_entries - ix->entries) room = ix->max_entries - ix->entries;
@@ -3641,20 +3644,17 @@ KVIDX__PRIV size_t kvidx__store_tail(kvidx *ix, kvidx__cursor *cur, const kvidx_
     shape = KVIDX__SHAPE(len, KVIDX__POFF(shape), c, KVIDX__HCLS(shape));
   }
   for (;;) { /* block j is new: its seq goes to free_at, its local past the length */
-    uint64_t hj = j == i ? hi : homes[j % KVIDX__AHEAD]; /* the caller's loop has moved homes[i] on */
-    uint32_t at = len + KVIDX__CAST(uint32_t, j - i);
-    KVIDX__A(uint64_t) *w;
-    if (j > i) { /* block i was probed by the caller */
-      if (kvidx__seqview_find(sv, b[j].seq, hj, &free_at) != KVIDX__NONE) break; /* held: homes[j] stays */
-      if (j + KVIDX__AHEAD < n) /* as the caller's loop does, a step later */
-        kvidx__seqview_prefetch(sv, homes[j % KVIDX__AHEAD] = kvidx__key_hash(ix->seed, &b[j + KVIDX__AHEAD].seq, 1), 1);
-    }
-    w = sv->w + 2 * KVIDX__CAST(size_t, free_at);
+    KVIDX__A(uint64_t) *w = sw + 2 * KVIDX__CAST(size_t, free_at);
+    uint64_t at = len + (j - i);
     kvidx__st(&w[0], b[j].seq);
-    kvidx__st_rel(&w[1], KVIDX__POS(cur->r, at, tbit) | KVIDX__POS_TAG(hj));
-    if (sv->t->ctrl) kvidx__ctrl_fill(sv->t, free_at, KVIDX__CTRL_BYTE(hj));
+    kvidx__st_rel(&w[1], pos0 | at << 8 | KVIDX__POS_TAG(hj));
+    if (t->ctrl) kvidx__ctrl_fill(t, free_at, KVIDX__CTRL_BYTE(hj));
     kvidx__st(&lw[at], b[j].local); /* past the length: no reader reads it yet */
     if (++j - i == room) break;
+    hj = homes[j % KVIDX__AHEAD];
+    if (kvidx__seqview_find(sv, b[j].seq, hj, &free_at) != KVIDX__NONE) break; /* held: homes[j] stays */
+    if (j + KVIDX__AHEAD < n) /* as the caller's loop does, a step later */
+      kvidx__seqview_prefetch(sv, homes[j % KVIDX__AHEAD] = kvidx__key_hash(ix->seed, &b[j + KVIDX__AHEAD].seq, 1), 1);
   }
   k = j - i;
   kvidx__run_wbegin(rn);
