@@ -2174,7 +2174,7 @@ KVIDX__PRIV kvidx__mtab *kvidx__mtab_new(kvidx *ix, const kvidx__map *m, uint64_
  * There the shared maps never grow: kvidx_init_buffer makes them at their
  * largest.  A reservation asks for no more than the map's bound (m->most):
  * a store of n blocks reserves n, most of which are rarely new. */
-KVIDX__PRIV int kvidx__map_reserve(kvidx *ix, kvidx__map *m, uint64_t extra) {
+KVIDX__PRIV int kvidx__map_reserve_slow(kvidx *ix, kvidx__map *m, uint64_t extra) {
   kvidx__mtab *t = kvidx__ld(&m->tab), *nt;
   uint64_t need = m->n + extra, slots = t ? t->mask + 1 : 0, ns, step = kvidx__drain_step(m, extra);
   if (m->most && need > m->most) need = m->most; /* a store asks for n; far fewer can be new */
@@ -2211,6 +2211,21 @@ KVIDX__PRIV int kvidx__map_reserve(kvidx *ix, kvidx__map *m, uint64_t extra) {
   m->next = NULL;
   kvidx__map_switch(ix, m, nt, ix->buffer_mode ? ~KVIDX__CAST(uint64_t, 0) : step);
   return KVIDX_OK;
+}
+
+/* Room for `extra` more entries.  Most calls (every store reserves in
+ * five maps) find a table under 11/16 full with no growth under way, where
+ * the slow path would do nothing: that test inline (W16 C16384's store
+ * path 2.6% fewer instructions).  A drain or a next table's zeroing under
+ * way goes on in the slow path at every call (t_grow_drains); a request
+ * past KVIDX__ID_LIMIT, which the slow path refuses, would wrap the
+ * product. */
+KVIDX__HOT int kvidx__map_reserve(kvidx *ix, kvidx__map *m, uint64_t extra) {
+  kvidx__mtab *t = kvidx__ld(&m->tab);
+  if (t && !m->next && !kvidx__ld(&m->old) && extra <= KVIDX__ID_LIMIT &&
+      (m->n + extra + t->tombs) * 16 <= (t->mask + 1) * 11)
+    return KVIDX_OK;
+  return kvidx__map_reserve_slow(ix, m, extra);
 }
 
 /* Writer, after deletions from a map no reader probes (a worker's seq

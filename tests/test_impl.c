@@ -252,6 +252,44 @@ int t_seq_shrink(void) {
   return fails;
 }
 
+/* A growth's drain goes on in every later store of the worker's, even a
+ * one-block store into a new table far from full (which the reservation's
+ * inline test would otherwise wave through): the old table is gone after a
+ * bounded number of them (32 by default, 2,048 with
+ * KVIDX_TEST_DRAIN_STEP=1).  The number of failed checks. */
+int t_grow_drains(void) {
+  enum { STEP = 50 };
+  kvidx_config cfg;
+  kvidx *ix;
+  kvidx__map *m = NULL;
+  kvidx_block b[STEP];
+  uint64_t parent, next = 1000;
+  uint32_t i, j, calls;
+  int fails = 0;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.kind = KVIDX_POSITIONAL;
+  if (kvidx_create(&ix, &cfg) != KVIDX_OK) return 1;
+  for (i = 0; i < 4000; i++) { /* up to a drain (tables over 512 KiB drain in default builds) */
+    for (j = 0; j < STEP; j++) b[j].local = b[j].seq = next + j;
+    parent = next - 1;
+    fails += kvidx_store(ix, 5, 0, i ? &parent : NULL, b, STEP) != KVIDX_OK;
+    next += STEP;
+    m = &ix->slots[kvidx__slot_find(ix, 5, 0)].seqs;
+    if (kvidx__ld(&m->old)) break;
+  }
+  fails += m == NULL || kvidx__ld(&m->old) == NULL;
+  for (calls = 0; m && calls < 5000 && kvidx__ld(&m->old); calls++, next++) {
+    b[0].local = b[0].seq = next;
+    parent = next - 1;
+    fails += kvidx_store(ix, 5, 0, &parent, b, 1) != KVIDX_OK;
+  }
+  fails += calls == 0 || calls > 2100 || (m && kvidx__ld(&m->old) != NULL);
+  fails += kvidx_worker_blocks(ix, 5, 0) != next - 1000;
+  fails += kvidx__check(ix) != 0;
+  kvidx_destroy(ix);
+  return fails;
+}
+
 /* ---- detached runs (the pinned-ancestor fix), failed stores ----------- */
 #define T_DET_N 4000u
 #define T_DET_STEP 50u
