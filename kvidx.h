@@ -377,7 +377,9 @@
  *          put in turn, the locals in one seqlock section, the holding's
  *          bits in one word): two blocks in three of W16 C16384's stores,
  *          its store path 10% fewer instructions; whole replays 0.90x
- *          (W64 F16) to 0.97x the time.
+ *          (W64 F16) to 0.97x the time.  A reservation's common case (a
+ *          table under 11/16 full, nothing under way) is tested inline:
+ *          2.6% fewer instructions there.
  *   0.1.0  first release: hashing, reference model, radix and positional
  *          indexes, caller-buffer mode, seqlock reader path, event ids,
  *          storage tiers, eviction policies and TTL mode, dumps and binary
