@@ -8,17 +8,17 @@
 #            return memory to the kernel: munmap or heap trim), then with
 #            KVIDX_F_DEFER_FREE and kvidx_reclaim between stores (timed apart),
 #            glibc's defaults, without and with READERS reader threads.
-#   scaling: the W16 C2048 F1 mock-engine stream; 1 and 2 writer threads on disjoint
+#   scaling: the W16 C2048 F1 mock-engine stream; 1, 2, 4 and 8 writer threads on disjoint
 #            workers (SCALE_WRITERS), then READERS alone and with one writer.
 # Usage: run_growth.sh BENCH_BIN TRACE OUT_DIR.  Environment: GROWTH_BLOCKS,
-# READERS, SCALE_WRITERS (1,2), KINDS (positional radix), CONC_TIME (2).
+# READERS, SCALE_WRITERS (1,2,4,8: past the cores too), KINDS (positional radix), CONC_TIME (2).
 set -u
 BIN=${1:-build/kvidx-bench}
 TRACE=${2:-bench/data/mooncake_conversation_trace.jsonl.gz}
 OUT=${3:-bench/results}
 GROWTH_BLOCKS=${GROWTH_BLOCKS:-4194304}
 READERS=${READERS:-1}
-SCALE_WRITERS=${SCALE_WRITERS:-1,2}
+SCALE_WRITERS=${SCALE_WRITERS:-1,2,4,8}
 KINDS=${KINDS:-positional radix}
 CONC_TIME=${CONC_TIME:-2}
 mkdir -p "$OUT"
