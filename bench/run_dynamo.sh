@@ -2,7 +2,9 @@
 # Side-by-side suite (`make bench-dynamo`): kvidx against NVIDIA Dynamo's own
 # indexers on identical event files.  For each mock-engine configuration:
 #   1. kvidx-bench --write-events writes the event stream (Dynamo's replay format);
-#   2. kvidx-bench --replay FILE --kind K --time REPS   for positional, radix, reference;
+#   2. kvidx-bench --replay FILE --kind K --time REPS   for positional, radix, reference,
+#      and positional-sized: positional with --blocks-per-worker C (the file's
+#      engine cache size, which a router knows; not the default config);
 #   3. dynamo-replay FILE B --time REPS                 for arena_c, positional, crt
 #      (when ../shared/anchors/dynamo exists; otherwise skipped with a note);
 #   4. answers: every query's worker:score line, kvidx (each kind) vs arena_c.
@@ -26,7 +28,7 @@ OUT=${3:-bench/results}
 REPS=${REPS:-5}
 ROUNDS=${ROUNDS:-1}
 ANCHOR=${DYNAMO_ANCHOR:-../shared/anchors/dynamo}
-KINDS=${KINDS:-positional radix reference}
+KINDS=${KINDS:-positional positional-sized radix reference}
 BACKENDS=${BACKENDS:-arena_c positional crt}
 . "$(dirname "$0")/dynamo_common.sh"
 CONFIGS=${CONFIGS:-$DYNAMO_FILES}
@@ -61,6 +63,8 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //')
   echo "- Event files: \`$BIN --trace $TRACE FLAGS --write-events FILE\` (mock engine over the"
   echo "  conversation trace: random routing, per-worker LRU, vLLM-order eviction)."
   echo "- kvidx: \`$BIN --replay FILE --kind K --time $REPS\` (default config except the kind;"
+  echo "  kvidx-positional-sized adds \`--blocks-per-worker C\`, the file's per-worker cache size:"
+  echo "  cfg.blocks_per_worker, so seq tables start with that room; not the default config;"
   echo "  compiled with the Makefile's BENCH_CFLAGS). Dynamo: \`dynamo-replay FILE B --time $REPS\`"
   echo "  (${DYN:-not available}; release, LTO, target-cpu=native)."
   echo "- Both: parsing before the clock; each repetition into a fresh index (created and"
@@ -81,6 +85,9 @@ TABLE="$TMP/table"
 : >"$TABLE"
 printf '%s\n' "$CONFIGS" | while IFS='|' read -r label flags; do
   [ -n "$label" ] || continue
+  # kvidx-bench's flags for kind K (K-sized: cfg.blocks_per_worker = the file's -C)
+  cap=$(printf '%s\n' "$flags" | sed -n 's/.*-C \([0-9][0-9]*\).*/\1/p')
+  kargs() { case $1 in *-sized) echo "--kind ${1%-sized} --blocks-per-worker ${cap:-0}" ;; *) echo "--kind $1" ;; esac; }
   f="$TMP/events"
   echo "=== $label: $BIN --trace $TRACE $flags --write-events FILE"
   # shellcheck disable=SC2086
@@ -101,7 +108,8 @@ printf '%s\n' "$CONFIGS" | while IFS='|' read -r label flags; do
       case $k in
         dyn:*) b=${k#dyn:}
           l=$("$DYN" "$f" "$b" --time "$REPS" 2>>"$TMP/stderr" </dev/null) || { echo "!!! dynamo $b failed"; echo FAIL >>"$TMP/fail"; } ;;
-        *) l=$("$BIN" --replay "$f" --kind "$k" --time "$REPS" 2>>"$TMP/stderr" </dev/null) || { echo "!!! kvidx $k failed"; echo FAIL >>"$TMP/fail"; } ;;
+        # shellcheck disable=SC2046
+        *) l=$("$BIN" --replay "$f" $(kargs "$k") --time "$REPS" 2>>"$TMP/stderr" </dev/null) || { echo "!!! kvidx $k failed"; echo FAIL >>"$TMP/fail"; } ;;
       esac
       echo "$l"
       [ -n "$l" ] && echo "$l" >>"$TMP/all"
@@ -119,7 +127,8 @@ printf '%s\n' "$CONFIGS" | while IFS='|' read -r label flags; do
     "$DYN" "$f" arena_c >"$TMP/answers" 2>>"$TMP/stderr" </dev/null
     ans=""
     for k in $KINDS; do
-      a=$("$BIN" --replay "$f" --kind "$k" --expect "$TMP/answers" 2>>"$TMP/stderr" </dev/null | tail -n 1)
+      # shellcheck disable=SC2046
+      a=$("$BIN" --replay "$f" $(kargs "$k") --expect "$TMP/answers" 2>>"$TMP/stderr" </dev/null | tail -n 1)
       ans="$ans${ans:+, }$k $(field "$a" differ)/$(field "$a" queries) differ"
     done
     echo "answers vs arena_c: $ans"

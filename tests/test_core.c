@@ -1116,6 +1116,7 @@ int main(int argc, char **argv) {
   CHECK_EQ(t_ctrl_drain_stop(), 0);
   CHECK_EQ(t_check_restores(), 0);
   CHECK_EQ(t_grow_drains(), 0);
+  CHECK_EQ(t_blocks_per_worker(), 0);
   for (k = 0; k < 3; k++) {
     for (j = 0; j < 4; j++) {
       test_semantics(T_KINDS[k], jumps[j]);

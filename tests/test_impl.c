@@ -1077,3 +1077,128 @@ int t_check_restores(void) {
   }
   return fails;
 }
+
+/* Allocation hooks that refuse every block of 1 MiB and up. */
+static void *t_small_alloc(void *ctx, size_t n) {
+  (void)ctx;
+  return n >= 1048576 ? NULL : t_dirty_malloc(n);
+}
+static void t_small_free(void *ctx, void *p, size_t n) {
+  (void)ctx, (void)n;
+  free(p);
+}
+
+/* The places of worker w's seq table (0 if it has none). */
+static uint64_t t_seq_places(const kvidx *ix, uint64_t w) {
+  uint32_t s = kvidx__slot_find(ix, w, 0);
+  kvidx__mtab *t = s == KVIDX__NONE ? NULL : kvidx__ld(&ix->slots[s].seqs.tab);
+  return t ? t->mask + 1 : 0;
+}
+
+/* cfg.blocks_per_worker: a worker's seq table starts with room for that
+ * many blocks and neither grows on the way there nor shrinks below it; the
+ * room is at most max_blocks, a wish the allocator may refuse (the store
+ * then takes its own room), nothing in caller-buffer mode, and changes no
+ * answer.  The number of failed checks. */
+int t_blocks_per_worker(void) {
+  enum { ROOM = 5000, STEP = 50 };
+  kvidx_config cfg;
+  kvidx *ix, *plain;
+  kvidx__mtab *first = NULL;
+  kvidx_block b[STEP];
+  kvidx_stats sh, sp;
+  kvidx_score s1[2], s2[2];
+  t_alloc_ctx ac = {0, -1, 0, 0};
+  long calls;
+  uint64_t parent, q[3], seqs[STEP];
+  uint32_t i, j;
+  int fails = 0;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.kind = KVIDX_POSITIONAL;
+  if (kvidx_create(&plain, &cfg) != KVIDX_OK) return 1;
+  cfg.blocks_per_worker = ROOM;
+  cfg.alloc = t_alloc;
+  cfg.free = t_free;
+  cfg.alloc_ctx = &ac;
+  if (kvidx_create(&ix, &cfg) != KVIDX_OK) {
+    kvidx_destroy(plain);
+    return 1;
+  }
+  for (i = 0; i < ROOM / STEP; i++) {
+    for (j = 0; j < STEP; j++) b[j].local = b[j].seq = 1000 + i * STEP + j;
+    parent = 1000 + i * STEP - 1;
+    TD(kvidx_store(ix, 5, 0, i ? &parent : NULL, b, STEP) == KVIDX_OK);
+    TD(kvidx_store(plain, 5, 0, i ? &parent : NULL, b, STEP) == KVIDX_OK);
+    if (i == 0) {
+      first = kvidx__ld(&ix->slots[kvidx__slot_find(ix, 5, 0)].seqs.tab);
+      TD(t_seq_places(ix, 5) == kvidx__map_slots_for(ROOM, 8)); /* the room from the first store */
+      TD(t_seq_places(plain, 5) < t_seq_places(ix, 5));
+    }
+  }
+  /* 5,000 blocks in: the same table, never grown */
+  TD(kvidx__ld(&ix->slots[kvidx__slot_find(ix, 5, 0)].seqs.tab) == first);
+  TD(kvidx__ld(&ix->slots[kvidx__slot_find(ix, 5, 0)].seqs.old) == NULL);
+  /* down to 10 blocks: the plain table shrinks, this one keeps its room */
+  calls = ac.calls;
+  for (i = ROOM / STEP; i-- > 0;) {
+    for (j = 0; j < STEP; j++) seqs[j] = 1000 + i * STEP + j;
+    TD(kvidx_remove(ix, 5, 0, seqs + (i ? 0 : 10), i ? STEP : STEP - 10) == KVIDX_OK);
+    TD(kvidx_remove(plain, 5, 0, seqs + (i ? 0 : 10), i ? STEP : STEP - 10) == KVIDX_OK);
+  }
+  TD(kvidx_worker_blocks(ix, 5, 0) == 10 && kvidx_worker_blocks(plain, 5, 0) == 10);
+  TD(t_seq_places(ix, 5) == kvidx__map_slots_for(ROOM, 8));
+  TD(ac.calls == calls); /* not even rebuilt at its size: nothing allocated */
+  TD(t_seq_places(plain, 5) < 64);
+  kvidx_get_stats(ix, &sh);
+  kvidx_get_stats(plain, &sp);
+  TD(sh.bytes > sp.bytes && sh.blocks == sp.blocks); /* the room is paid for */
+  q[0] = 1000, q[1] = 1001, q[2] = 1012;
+  TD(kvidx_find_matches(ix, q, 3, s1, 2) == 1 && kvidx_find_matches(plain, q, 3, s2, 2) == 1);
+  TD(s1[0].worker_id == 5 && s1[0].depth == 2 && s2[0].depth == 2);
+  TD(kvidx__check(ix) == 0);
+  kvidx_destroy(ix);
+  kvidx_destroy(plain);
+  cfg.alloc = NULL;
+  cfg.free = NULL;
+  cfg.alloc_ctx = NULL;
+  /* at most max_blocks */
+  cfg.max_blocks = 100;
+  if (kvidx_create(&ix, &cfg) != KVIDX_OK) return fails + 1;
+  b[0].local = b[0].seq = 1;
+  TD(kvidx_store(ix, 5, 0, NULL, b, 1) == KVIDX_OK);
+  TD(t_seq_places(ix, 5) == kvidx__map_slots_for(100, 8));
+  kvidx_destroy(ix);
+  /* a room the allocator refuses: the store takes its own */
+  cfg.max_blocks = 0;
+  cfg.blocks_per_worker = 100000; /* 256K places of 16 bytes: 4 MiB */
+  cfg.max_workers = 16;           /* the fixed part under 1 MiB */
+  cfg.alloc = t_small_alloc;
+  cfg.free = t_small_free;
+  if (kvidx_create(&ix, &cfg) != KVIDX_OK) return fails + 1;
+  TD(kvidx_store(ix, 5, 0, NULL, b, 1) == KVIDX_OK);
+  TD(t_seq_places(ix, 5) > 0 && t_seq_places(ix, 5) <= 64);
+  TD(kvidx_worker_blocks(ix, 5, 0) == 1);
+  kvidx_destroy(ix);
+  cfg.alloc = NULL;
+  cfg.free = NULL;
+  /* caller-buffer mode: no room, and the same buffer size */
+  {
+    size_t with = kvidx_buffer_size(&cfg), without;
+    void *mem;
+    cfg.blocks_per_worker = 0;
+    without = kvidx_buffer_size(&cfg);
+    TD(with == without && with > 0);
+    cfg.blocks_per_worker = 100000;
+    if ((mem = malloc(with)) != NULL) {
+      TD(kvidx_init_buffer(&ix, &cfg, mem, with) == KVIDX_OK);
+      TD(kvidx_store(ix, 5, 0, NULL, b, 1) == KVIDX_OK);
+      TD(t_seq_places(ix, 5) <= 64);
+      kvidx_destroy(ix);
+      free(mem);
+    }
+  }
+  /* past the limit: refused */
+  cfg.blocks_per_worker = KVIDX__ID_LIMIT / 2 + 1;
+  TD(kvidx_create(&ix, &cfg) == KVIDX_EINVAL);
+  return fails;
+}
