@@ -207,6 +207,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   cfg.seed = FZ_TABLE_SEED;
   cfg.max_workers = pick_max_workers(c1);
   cfg.jump = c2 ? 1 + (uint32_t)(c2 - 1) % 64 : 0;
+  /* c2 bit 7: seq tables made with room for 1..128 blocks (answers unchanged) */
+  cfg.blocks_per_worker = (c2 & 0x80) ? (size_t)1 << (c2 & 7) : 0;
   cfg.max_blocks = (c3 & 0x80) ? 1 + (size_t)(c3 & 63) : 0;
   /* eviction (needs max_blocks): c3 bit 6 with bit 7; c0 bit 3: LRS / EXPIRY;
    * c0 bits 4-5: evict_target_pct 0 (= 80), 50, 1, 100 */
@@ -241,8 +243,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     st[nix] = kvidx_create(&ix[nix], &cfg);
     nix++;
   }
-  FZ_LOG("config: kinds=%d max_workers=%u jump=%u max_blocks=%zu evict=%d target_pct=%u\n", sel,
-         cfg.max_workers, cfg.jump, cfg.max_blocks, cfg.evict, cfg.evict_target_pct);
+  FZ_LOG("config: kinds=%d max_workers=%u jump=%u max_blocks=%zu evict=%d target_pct=%u blocks_per_worker=%zu\n",
+         sel, cfg.max_workers, cfg.jump, cfg.max_blocks, cfg.evict, cfg.evict_target_pct, cfg.blocks_per_worker);
   cmp_status("create", st);
   if (st[0] != KVIDX_OK) {
     for (int k = 0; k < nix; k++)
