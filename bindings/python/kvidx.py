@@ -68,7 +68,7 @@ class _Config(ctypes.Structure):
         ("max_entries", _SZ), ("jump", _U32), ("flags", _U32),
         ("alloc", _P), ("free", _P), ("alloc_ctx", _P),
         ("evict", ctypes.c_int), ("evict_target_pct", _U32),
-        ("seed", _U64),
+        ("seed", _U64), ("blocks_per_worker", _SZ),
     ]
 
 
@@ -219,13 +219,16 @@ class Index:
     """One kvidx index.  Use as a context manager or call close()."""
 
     def __init__(self, kind="positional", max_workers=0, max_blocks=0,
-                 max_entries=0, jump=0):
+                 max_entries=0, jump=0, blocks_per_worker=0):
+        """blocks_per_worker: the engines' KV cache size in blocks, if known
+        (each worker's seq table starts with that room: see kvidx.h)."""
         cfg = _Config()
         cfg.kind = _KINDS[kind] if isinstance(kind, str) else int(kind)
         cfg.max_workers = max_workers
         cfg.max_blocks = max_blocks
         cfg.max_entries = max_entries
         cfg.jump = jump
+        cfg.blocks_per_worker = blocks_per_worker
         h = _P()
         _check(_lib.kvidx_create(ctypes.byref(h), ctypes.byref(cfg)), "create")
         self._h = h

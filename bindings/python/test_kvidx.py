@@ -127,6 +127,17 @@ class TestIndex(unittest.TestCase):
                 self.assertEqual(ix.find_matches(loc), [])
                 self.assertEqual(ix.stats().blocks, 0)
 
+    def test_blocks_per_worker_makes_room(self):
+        # the config field reaches the library: the room is paid for at the
+        # first store, the answers are the same
+        loc = kvidx.block_hashes(prompt(8), 16)
+        with kvidx.Index("positional") as plain, \
+                kvidx.Index("positional", blocks_per_worker=100000) as roomy:
+            plain.store(1, 0, loc)
+            roomy.store(1, 0, loc)
+            self.assertEqual(roomy.find_matches(loc), plain.find_matches(loc))
+            self.assertGreater(roomy.stats().bytes, plain.stats().bytes + 1000000)
+
     def test_capacity_full_changes_nothing(self):
         loc = kvidx.block_hashes(prompt(8), 16)
         for kind in KINDS:
