@@ -661,6 +661,7 @@ static void usage(void) {
           "         --listen unix:PATH|127.0.0.1:PORT [--block-size N] [--topic T]\n"
           "         [--kind positional|radix] [--snapshot PATH] [--all-groups]\n"
           "         [--max-blocks N] [--offload-block-factor N] [--replay-timeout MS]\n"
+          "         [--blocks-per-worker N]\n"
           "         [--max-seconds S] [--quiet]\n");
   exit(2);
 }
@@ -708,6 +709,7 @@ int main(int argc, char **argv) {
     } else if (!strcmp(s, "--replay-timeout")) g_replay_ms = strtol(argv[++a], NULL, 10);
     else if (!strcmp(s, "--max-blocks")) max_idents = strtoul(argv[++a], NULL, 10);
     else if (!strcmp(s, "--offload-block-factor")) offload_factor = strtoul(argv[++a], NULL, 10);
+    else if (!strcmp(s, "--blocks-per-worker")) cfg.blocks_per_worker = strtoul(argv[++a], NULL, 10);
     else if (!strcmp(s, "--listen")) listen_spec = argv[++a];
     else if (!strcmp(s, "--block-size")) g_block_size = strtoul(argv[++a], NULL, 10);
     else if (!strcmp(s, "--topic")) topic = argv[++a];

@@ -366,7 +366,8 @@ def main():
                 "--endpoint", f"tcp://127.0.0.1:{old.port}=2",
                 "--replay", f"tcp://127.0.0.1:{old.replay_port}",
                 "--listen", f"unix:{qpath}", "--block-size", str(BS),
-                "--topic", "kv-events", "--max-seconds", "90", "--replay-timeout", "3000"]
+                "--topic", "kv-events", "--max-seconds", "90", "--replay-timeout", "3000",
+                "--blocks-per-worker", "64"]  # the answers are the model's either way
         if snapshot:
             args += ["--snapshot", snapshot]
         pr = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=open(lg, "w"), text=True)
