@@ -2248,10 +2248,12 @@ KVIDX__HOT int kvidx__map_reserve(kvidx *ix, kvidx__map *m, uint64_t extra) {
  * table): a drain under way goes on by `budget` places; a table at most
  * 1/8 full is replaced by one at most 3/8 full (at least halved) that
  * drains like a growth, so a worker that let go of most of its blocks
- * stops paying for its peak.  No memory: the table stays, nothing fails. */
+ * stops paying for its peak; a seq table keeps cfg.blocks_per_worker's
+ * room (kvidx__seq_reserve_new).  No memory: the table stays, nothing
+ * fails. */
 KVIDX__PRIV void kvidx__map_tidy(kvidx *ix, kvidx__map *m, uint64_t budget) {
   kvidx__mtab *t = kvidx__ld(&m->tab), *nt;
-  uint64_t least = m->seq && ix->seq_room ? kvidx__map_slots_for(ix->seq_room, 8) : 0, ns; /* blocks_per_worker */
+  uint64_t least = m->seq && ix->seq_room ? kvidx__map_slots_for(ix->seq_room, 8) : 0, ns;
   if (kvidx__ld(&m->old)) {
     kvidx__map_drain(ix, m, budget);
     return;
