@@ -947,11 +947,14 @@ static int snapshot_write(jsCtx *js, const kvidx *ix, uint64_t covers, const cha
 }
 
 /* ---- replica main loop --------------------------------------------------------------- */
+static size_t g_blocks_per_worker; /* --blocks-per-worker: the engines' KV cache size */
+
 static kvidx *new_index(void) {
   kvidx_config cfg;
   kvidx *ix = NULL;
   memset(&cfg, 0, sizeof cfg);
   cfg.kind = KVIDX_POSITIONAL;
+  cfg.blocks_per_worker = g_blocks_per_worker;
   if (kvidx_create(&ix, &cfg) != KVIDX_OK) die("kvidx_create failed");
   return ix;
 }
@@ -1027,6 +1030,7 @@ static int run_replica(int argc, char **argv) {
     else if (ARG("--snap-secs")) snap_secs = atof(argv[++i]);
     else if (ARG("--batch")) batch = atoi(argv[++i]);
     else if (ARG("--block-size")) g_block_size = (size_t)strtoull(argv[++i], NULL, 10);
+    else if (ARG("--blocks-per-worker")) g_blocks_per_worker = (size_t)strtoull(argv[++i], NULL, 10);
     else if (ARG("--prefix")) g_prefix = argv[++i];
     else if (ARG("--max-seconds")) max_seconds = atof(argv[++i]);
     else if (!strcmp(argv[i], "--no-snapshot")) use_snapshot = 0;
@@ -1408,6 +1412,7 @@ int main(int argc, char **argv) {
             "                           [--max-age S] [--max-msgs N] [--max-bytes N] [--dup-window S]\n"
             "       kvidx-fleet replica --nats URL --name NAME --listen SOCKET [--snap-every N]\n"
             "                           [--snap-secs T] [--no-snapshot] [--batch N] [--block-size 16]\n"
+            "                           [--blocks-per-worker N]  (the engines' KV cache size)\n"
             "       kvidx-fleet direct  --file EVENTS --queries-out PATH [--query-every K] [--max-queries M]\n"
             "       kvidx-fleet ask SOCKET < lines\n"
             "       kvidx-fleet info  --nats URL\n"

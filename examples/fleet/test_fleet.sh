@@ -100,7 +100,7 @@ wait_caught_up() { # name seq seconds
 
 # ---- 2. the fleet, with faults ------------------------------------------------------
 start_replica r1; P1=$RPID
-start_replica r2; P2=$RPID
+start_replica r2 --blocks-per-worker 512; P2=$RPID # seq tables made at the file's C: same answers
 start_replica r3; P3=$RPID
 sleep 0.5
 "$FLEET" bridge --nats "$URL" --file "$T/ev.txt" --rate "$RATE" > "$T/bridge1.out" 2> "$T/bridge1.log" &
