@@ -2253,20 +2253,23 @@ KVIDX__HOT int kvidx__map_reserve(kvidx *ix, kvidx__map *m, uint64_t extra) {
  * fails. */
 KVIDX__PRIV void kvidx__map_tidy(kvidx *ix, kvidx__map *m, uint64_t budget) {
   kvidx__mtab *t = kvidx__ld(&m->tab), *nt;
-  uint64_t least = m->seq && ix->seq_room ? kvidx__map_slots_for(ix->seq_room, 8) : 0, ns;
+  uint64_t room = m->seq ? ix->seq_room : 0;
   if (kvidx__ld(&m->old)) {
     kvidx__map_drain(ix, m, budget);
     return;
   }
-  if (m->shared || !t || t->mask + 1 <= KVIDX_TEST_SHRINK_MIN || t->mask + 1 <= least ||
-      KVIDX__CAST(uint64_t, m->n) * 8 >= t->mask + 1)
+  /* a table of T places (a power of two past 8) is no larger than `room`
+   * entries need exactly when T / 2 places are too few: room * 4 > T / 2 * 3 */
+  if (m->shared || !t || t->mask + 1 <= KVIDX_TEST_SHRINK_MIN || KVIDX__CAST(uint64_t, m->n) * 8 >= t->mask + 1 ||
+      room * 8 > (t->mask + 1) * 3)
     return;
   if (m->next) { /* a growth being prepared: not needed now */
     kvidx__mtab_free(ix, m->next);
     m->next = NULL;
   }
-  ns = kvidx__map_slots_for(2 * KVIDX__CAST(uint64_t, m->n), 8);
-  if ((nt = kvidx__mtab_new(ix, m, ns > least ? ns : least, 1)) != NULL)
+  /* at least half, and room for cfg.blocks_per_worker */
+  if ((nt = kvidx__mtab_new(ix, m, kvidx__map_slots_for(room, kvidx__map_slots_for(2 * KVIDX__CAST(uint64_t, m->n), 8)),
+                            1)) != NULL)
     kvidx__map_switch(ix, m, nt, ix->buffer_mode ? ~KVIDX__CAST(uint64_t, 0) : budget);
 }
 

@@ -81,13 +81,15 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //')
   echo
 } >"$MD"
 
+# kvidx-bench's flags for kind K (K-sized: cfg.blocks_per_worker = $cap, the
+# file's -C, set per file below)
+kargs() { case $1 in *-sized) echo "--kind ${1%-sized} --blocks-per-worker ${cap:-0}" ;; *) echo "--kind $1" ;; esac; }
+
 TABLE="$TMP/table"
 : >"$TABLE"
 printf '%s\n' "$CONFIGS" | while IFS='|' read -r label flags; do
   [ -n "$label" ] || continue
-  # kvidx-bench's flags for kind K (K-sized: cfg.blocks_per_worker = the file's -C)
-  cap=$(printf '%s\n' "$flags" | sed -n 's/.*-C \([0-9][0-9]*\).*/\1/p')
-  kargs() { case $1 in *-sized) echo "--kind ${1%-sized} --blocks-per-worker ${cap:-0}" ;; *) echo "--kind $1" ;; esac; }
+  cap=$(printf '%s\n' "$flags" | sed -n 's/.*-C \([0-9][0-9]*\).*/\1/p') # the file's -C, for kargs
   f="$TMP/events"
   echo "=== $label: $BIN --trace $TRACE $flags --write-events FILE"
   # shellcheck disable=SC2086

@@ -1155,6 +1155,23 @@ int t_blocks_per_worker(void) {
   q[0] = 1000, q[1] = 1001, q[2] = 1012;
   TD(kvidx_find_matches(ix, q, 3, s1, 2) == 1 && kvidx_find_matches(plain, q, 3, s2, 2) == 1);
   TD(s1[0].worker_id == 5 && s1[0].depth == 2 && s2[0].depth == 2);
+  /* worker 6 grows past the room, then lets go of all but 50 blocks: its
+   * table shrinks back to the room, not below it */
+  for (i = 0; i < 2 * ROOM / STEP; i++) {
+    for (j = 0; j < STEP; j++) b[j].local = b[j].seq = 100000 + i * STEP + j;
+    parent = 100000 + i * STEP - 1;
+    TD(kvidx_store(ix, 6, 0, i ? &parent : NULL, b, STEP) == KVIDX_OK);
+  }
+  TD(t_seq_places(ix, 6) > kvidx__map_slots_for(ROOM, 8));
+  { /* in one call: a shrink sized by what is left would go below the room */
+    static uint64_t all[2 * ROOM - STEP];
+    for (i = 0; i < 2 * ROOM - STEP; i++) all[i] = 100000 + STEP + i;
+    TD(kvidx_remove(ix, 6, 0, all, 2 * ROOM - STEP) == KVIDX_OK);
+  }
+  for (j = 0; j < 64 && kvidx__ld(&ix->slots[kvidx__slot_find(ix, 6, 0)].seqs.old); j++) /* the shrink's drain */
+    TD(kvidx_remove(ix, 6, 0, seqs, 1) == KVIDX_ENOENT);
+  TD(kvidx_worker_blocks(ix, 6, 0) == STEP);
+  TD(t_seq_places(ix, 6) == kvidx__map_slots_for(ROOM, 8));
   TD(kvidx__check(ix) == 0);
   kvidx_destroy(ix);
   kvidx_destroy(plain);
