@@ -270,123 +270,35 @@
  *   KVIDX_NO_THREADS builds allow no concurrency at all.
  *
  * CHANGELOG
- *   0.2.0  storage redesign: runs stored once for every worker, per-worker
- *          seq tables, one open-addressing map keyed by a per-index seed
- *          (cfg.seed), no hashing on the read path; both kinds share it.
- *          Stream generations in kvidx_event (.generation) and
- *          kvidx_last_event_gen; restarts only on a generation change.
- *          64-bit slot generations; slot identities under a seqlock.
- *          Maps grow incrementally (no store pays for a whole rehash).
- *          Runs carry a hint to the run continuing them; queries follow it
- *          (checked) and prefetch along it, and ask for the next child-map
- *          line while a run's holders are read.  The hint names a run
- *          hung below a run at any offset, the offset in the top byte of
- *          nhold (a conversation's next turn branches where the last
- *          turn's partial block was: W16 C16384 p99 0.86x); along a chain
- *          the walk also asks for the records two and four ids on.
- *          Worker slots carry a hint of their place in (worker_id,
- *          dp_rank) order and its inverse.  In a fleet of at most 64
- *          slots the walk keeps, per depth, the set of workers that stop
- *          there (one word) and when it ends puts every worker straight
- *          in its place (plain or tier scores): the sets' places
- *          counted, then one pass over
- *          the slots' hints (each marks a bit of a word, read back
- *          through at_order): answers in final order, unsorted (W16
- *          C2048's query time 0.82x-0.96x, W64 F16's median query 0.75x).  A
- *          seqlock over the hints and the slots they miss tell when a
- *          racing writer moved them: then an insertion sort.  Larger
- *          fleets' answers are placed by the hints, checked (session
- *          28's sorting network for answers of at most 16 is gone: no
- *          walk of a fleet of at most 64 slots reaches a sort).
- *          Store and remove paths: an element's address is one bit scan,
- *          the store cursor keeps its run's record, seq tables probe,
- *          drain and delete with loops of their own (12-15% fewer
- *          instructions per replay of the bench's event files).  Query
- *          answers: a score joins the answer inline in the walk (18% fewer
- *          instructions in the walk on W16 C2048).  KVIDX_F_DEFER_FREE and
- *          kvidx_reclaim: large blocks let go of by writer calls wait for
- *          a call the router places (stats.deferred_bytes).  Grow-only
- *          arrays come in four segments of each size: less than a quarter
- *          of them allocated ahead of use (was up to half).
- *          Caller-buffer mode: the shared maps are made at their largest
- *          by kvidx_init_buffer, a table's entries fill a size class, the
- *          word pool's reserve is the largest chunk this index asks for:
- *          kvidx_buffer_size for 2,048 blocks x 8 workers 775 -> 461
- *          bytes per block (x86-64).  A worker's seq table shrinks when
- *          under 1/8 full (it kept its peak size).  Runs nobody holds no
- *          longer stay for the runs below them (a hole kept every ancestor
- *          of a held block): they detach and hang back when the prefix
- *          returns; kvidx_event.detached, snapshot format version 3
- *          (versions 1 and 2 are read).  A refused store gives the runs
- *          it grew their length back (it kept the positions it appended).
- *          Snapshot format version 4 marks stand-in records
- *          (kvidx_event.stand_in): a snapshot taken at max_blocks loads
- *          into an index of the same size (it failed, or evicted real
- *          blocks); an evicting target smaller than a snapshot loads a
- *          subset of it (it failed with KVIDX_ECORRUPT).
- *          A seq table's position word carries 16 bits of its key's hash
- *          (a deletion's shift and a growth's drain hash no key in tables
- *          of up to 2^16 places); seq tables probe, fill and delete
- *          without the general map's code while they do not drain; a
- *          store's or removal's holding is kept by address; a removal that
- *          leaves more of the run held clears one bit inline; a store
- *          appends to the end of a run it made or logged without the
- *          general cursor step; stores and removals find their worker's
- *          slot through a small memo (W16 C2048 events: 214 -> 144 M
- *          instructions per replay); a failed store's rollback records
- *          the blocks it found held, not the ones it added.  The walk
- *          builds the next set of workers still matching as it reads a
- *          run's holders (two bitsets; only holders that stop inside the
- *          run are kept), compares a run's locals four at a time and asks
- *          for the query's own locals 128 blocks ahead (find_matches over
- *          a W64 F16 replay: 190 -> 157 M instructions; p99 0.79x).
- *          kvidx__check puts back the counts it takes apart also when it
- *          finds something wrong partway (it left them apart).  A seq
- *          table drains at least 1,024 places per call that grows or
- *          shrinks it (kvidx__drain_step; W16 C16384 events 0.86x-0.93x
- *          the time), and moves its places with no branch on whether each
- *          is used (0.92x-0.94x more).  KVIDX_TEST_WALK: a test hook on
- *          the query walk's steps (kvidx-bench --walk-floor).  Seq
- *          tables keep control bytes (KVIDX_NO_SIMD: they do not): W16
- *          C2048 events 0.93x-0.97x the time, +1 byte per place; then on
- *          every seq table, with deletion that moves nothing (empty or
- *          deleted places, Swiss-table style, rebuilt when deleted places
- *          would fill a table past 3/4): whole replays 0.87x-0.89x (W16
- *          C2048), 0.94x (W16 C16384), 0.82x (W64 F16); the holdings map
- *          too (0.98x-0.99x more on the W16 C2048 files); a place no
- *          probe goes past (homes from the tags) empty, not deleted
- *          (0.87x-0.96x more there).  A table with control bytes
- *          (seq tables, holdings) drains 16 places at a time by old's
- *          bytes, moving only the used ones (seq-table drain 22 -> 14
- *          cycles a place), and is no longer zeroed when made: its
- *          bytes alone say which places are used (kvidx__place_used);
- *          a new holding takes one probe: whole replays 0.84x-0.86x the
- *          time on W16 C16384, 0.92x-0.97x on the other files.  The walk
- *          sets a fleet's one-word worker sets without memset/memcpy
- *          calls and, in fleets of at most 64 slots, reads a run's
- *          holders with both sets in registers (a branch only where a
- *          holder stops); the cont guess costs one segment lookup: p99
- *          over per-query minima (15 replays a build) 0.90x on W16 C2048,
- *          0.88x on W16 C16384, 0.96x on W64 F16, 0.92x with collisions.
- *          A table with control bytes whose new table takes at most 512
- *          KiB moves into it in one pass, its used places kept as bits
- *          (kvidx__map_rehash_all; KVIDX_TEST_BULK_MAX): W16 C16384's
- *          events 0.94x the time, the worst store while growing to 4M
- *          blocks 0.37-0.73 ms of CPU (0.21-0.42 without).  That
- *          pass keeps the new table's bitmap a word per half of the table
- *          in a local (the entries arrive in old's order, so each half's
- *          homes climb): W16 C16384's seq-table work 0.94x the time.  A
- *          store's stretch of new blocks at the end of a run it made or
- *          logged goes in at once (kvidx__store_tail: the seqs probed and
- *          put in turn, the locals in one seqlock section, the holding's
- *          bits in one word): two blocks in three of W16 C16384's stores,
- *          its store path 10% fewer instructions; whole replays 0.90x
- *          (W64 F16) to 0.97x the time.  A reservation's common case (a
- *          table under 11/16 full, nothing under way) is tested inline:
- *          2.6% fewer instructions there.  cfg.blocks_per_worker (the
- *          engines' cache size, which a router knows): a worker's seq
- *          table starts with that room and neither grows on the way there
- *          nor shrinks below it: W16 C16384's replay 0.85x the time.
+ *   0.2.0  Storage redesign.  Runs of up to 64 blocks stored once for
+ *          every worker that holds them, per-worker seq tables, one
+ *          open-addressing map keyed by a per-index seed (cfg.seed); no
+ *          hashing on the read path; the radix and positional kinds share
+ *          it.  Memory follows what is held: runs nobody holds detach
+ *          instead of staying for the runs below a hole (they hang back
+ *          when the prefix returns), a seq table under 1/8 full shrinks,
+ *          and caller-buffer mode makes its shared maps at their
+ *          largest up front.
+ *          Maps grow incrementally, so no call pays for a whole rehash;
+ *          the writer's one-word-key maps keep a control byte per place
+ *          (with SSE2) and delete without moving entries.
+ *          Queries follow a hint from each run to the run continuing it
+ *          (checked, then prefetched along the chain) and place answers
+ *          by each worker slot's hint of its order (no sort in fleets of
+ *          up to 64 slots).
+ *          New in the API: kvidx_event.generation and kvidx_last_event_gen
+ *          (restarts only on a generation change); KVIDX_F_DEFER_FREE,
+ *          kvidx_reclaim and stats.deferred_bytes; kvidx_event.detached
+ *          and .stand_in with snapshot format versions 3 and 4 (versions
+ *          1 and 2 are still read); cfg.blocks_per_worker (a worker's seq
+ *          table starts with the engines' cache size as its room).
+ *          Fixed: slot generations are 64 bits (a 32-bit epoch wrapped);
+ *          slot identities are read under a seqlock; a refused store
+ *          gives the runs it grew their length back; kvidx__check puts
+ *          back the counts it takes apart when it finds a fault.
+ *          Test hooks: KVIDX_TEST_WALK, KVIDX_TEST_BULK_MAX.
+ *          Each step's measurements: bench/perf-log.md; current figures:
+ *          README, "Performance".
  *   0.1.0  first release: hashing, reference model, radix and positional
  *          indexes, caller-buffer mode, seqlock reader path, event ids,
  *          storage tiers, eviction policies and TTL mode, dumps and binary
