@@ -39,11 +39,16 @@
  *                         malloc + memset).
  *   KVIDX_NO_THREADS      single-threaded build: plain loads/stores instead of
  *                         atomics; no concurrent readers allowed.
- *   KVIDX_NO_SIMD         no SSE2 intrinsics (<emmintrin.h>): worker seq
- *                         tables and the holdings map probe place by place
- *                         and delete by backward shift like every other map
- *                         (same answers; the control bytes are used only
- *                         with SSE2 and GCC or Clang).
+ *   KVIDX_NO_SIMD         no control bytes (and no <emmintrin.h> or
+ *                         <arm_neon.h>): worker seq tables and the holdings
+ *                         map probe place by place and delete by backward
+ *                         shift like every other map (same answers, less
+ *                         code).  Without it they keep control bytes on
+ *                         every target: 16 compared with SSE2 (x86) or NEON
+ *                         (AArch64) under GCC or Clang, else as two 64-bit
+ *                         words.
+ *   KVIDX_TEST_GROUP_WORDS test-only: control bytes compared as 64-bit
+ *                         words even where SSE2 or NEON is there.
  *   KVIDX_WORKERS_MAX     hard upper bound of cfg.max_workers (default 4096, at
  *                         most 65535); a query's scratch (a hit record per
  *                         possible worker, the result sort) lives on the stack.
@@ -166,8 +171,8 @@
  *                are one probe.  tag: the low 16 bits of the seq's hash, so
  *                a growth's drain learns an entry's home without hashing
  *                its key again (in tables of at most 2^16 places; larger
- *                ones hash).  With SSE2, outside caller-buffer mode, the
- *                table also keeps a control byte per place (+1 byte), 16
+ *                ones hash).  Outside caller-buffer mode (and
+ *                KVIDX_NO_SIMD) the table also keeps a control byte per place (+1 byte), 16
  *                matched at once by a probe, and a deletion moves nothing:
  *                the place becomes empty, or deleted where a probe may
  *                have passed it (section 2, the Swiss tables' rule).
@@ -281,7 +286,8 @@
  *          largest up front.
  *          Maps grow incrementally, so no call pays for a whole rehash;
  *          the writer's one-word-key maps keep a control byte per place
- *          (with SSE2) and delete without moving entries.
+ *          and delete without moving entries; 16 are compared at once
+ *          with SSE2, NEON, or as two 64-bit words.
  *          Queries follow a hint from each run to the run continuing it
  *          (checked, then prefetched along the chain) and place answers
  *          by each worker slot's hint of its order (no sort in fleets of
@@ -812,14 +818,26 @@ KVIDX_API size_t kvidx__find_matches_once(const kvidx *ix, const uint64_t *local
 #endif
 #define KVIDX__AHEAD 8
 
-/* Control bytes (a byte per place beside a small seq table, matched 16 at a
- * time: see the map section) need SSE2 and GCC or Clang; elsewhere, and with
- * KVIDX_NO_SIMD, every table probes place by place. */
-#if !defined(KVIDX_NO_SIMD) && defined(__SSE2__) && (defined(__GNUC__) || defined(__clang__))
-#include <emmintrin.h>
-#define KVIDX__CTRL 1
-#else
+/* Control bytes (a byte per place beside the writer's one-word-key tables,
+ * 16 compared at once: see the map section): with SSE2 (x86, GCC or Clang),
+ * NEON (AArch64, GCC or Clang), elsewhere as two 64-bit words
+ * (KVIDX__GROUP_WORDS; KVIDX_TEST_GROUP_WORDS picks it on any target, for
+ * the tests).  KVIDX_NO_SIMD: no control bytes, every table probes place by
+ * place. */
+#if defined(KVIDX_NO_SIMD)
 #define KVIDX__CTRL 0
+#else
+#define KVIDX__CTRL 1
+#if !defined(KVIDX_TEST_GROUP_WORDS) && defined(__SSE2__) && (defined(__GNUC__) || defined(__clang__))
+#include <emmintrin.h>
+#define KVIDX__GROUP_SSE2 1
+#elif !defined(KVIDX_TEST_GROUP_WORDS) && defined(__aarch64__) && defined(__ARM_NEON) &&                        \
+    (defined(__GNUC__) || defined(__clang__))
+#include <arm_neon.h>
+#define KVIDX__GROUP_NEON 1
+#else
+#define KVIDX__GROUP_WORDS 1
+#endif
 #endif
 /* A used place's byte from its key's hash; a deleted place's; their size
  * in bytes (the bytes and the first 16 again). */
@@ -1550,7 +1568,7 @@ KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__map_at(const kvidx__map *m, uint32_t at) 
 }
 
 /* Control bytes: a worker's seq table, and the holdings map (the writer's
- * maps with one-word keys; outside caller-buffer mode, with SSE2), keep a
+ * maps with one-word keys; outside caller-buffer mode), keep a
  * byte per place: 0 when the place is empty, 1 when it is
  * deleted, else 0x80 | the top 7 bits of its key's hash; then the first 16
  * bytes again, so 16 bytes from any home are one unaligned load:
@@ -1581,7 +1599,7 @@ KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__map_at(const kvidx__map *m, uint32_t at) 
  * sweep may stop only at an empty place with no entry in the 15 after it
  * whose home it swept (kvidx__drain_can_stop).  The price is a byte per
  * place (2 bytes per held block at the files' loads).  Without control
- * bytes (KVIDX_NO_SIMD, caller-buffer mode, no SSE2) a seq table is plain
+ * bytes (KVIDX_NO_SIMD, caller-buffer mode) a seq table is plain
  * linear probing with backward-shift deletion, like every other map. */
 /* Whether map m's tables keep control bytes. */
 KVIDX__PRIV int kvidx__ctrl_wanted(const kvidx *ix, const kvidx__map *m) {
@@ -1609,11 +1627,68 @@ KVIDX__HOT void kvidx__ctrl_fill(kvidx__mtab *t, uint64_t i, unsigned char b) {
   kvidx__ctrl_set(t->ctrl, t->mask, i, b);
 }
 
+#if KVIDX__CTRL
+/* 16 control bytes at p, as masks of 16 bits (bit k: byte k): the bytes
+ * equal to b (kvidx__group_eq), the bytes of used places, whose top bit
+ * is set (kvidx__group_used).  One compare and a movemask with SSE2; with
+ * NEON a compare, then each byte's bit picked and the halves summed;
+ * elsewhere two little-endian 64-bit words, a byte's test ending in its
+ * top bit and a multiply gathering the 8 top bits of a word into a byte. */
+#if defined(KVIDX__GROUP_SSE2)
+KVIDX__HOT unsigned kvidx__group_eq(const unsigned char *p, unsigned char b) {
+  return KVIDX__CAST(unsigned, _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128(KVIDX__RCAST(const __m128i *, p)),
+                                                                _mm_set1_epi8(KVIDX__CAST(char, b)))));
+}
+KVIDX__HOT unsigned kvidx__group_used(const unsigned char *p) {
+  return KVIDX__CAST(unsigned, _mm_movemask_epi8(_mm_loadu_si128(KVIDX__RCAST(const __m128i *, p))));
+}
+#elif defined(KVIDX__GROUP_NEON)
+KVIDX__HOT unsigned kvidx__group_bits(uint8x16_t m) { /* bytes 0xFF or 0 */
+  const uint8x8_t w = vcreate_u8(0x8040201008040201ULL); /* byte k: bit k % 8 */
+  uint8x16_t b = vandq_u8(m, vcombine_u8(w, w));
+  return KVIDX__CAST(unsigned, vaddv_u8(vget_low_u8(b))) | KVIDX__CAST(unsigned, vaddv_u8(vget_high_u8(b))) << 8;
+}
+KVIDX__HOT unsigned kvidx__group_eq(const unsigned char *p, unsigned char b) {
+  return kvidx__group_bits(vceqq_u8(vld1q_u8(p), vdupq_n_u8(b)));
+}
+KVIDX__HOT unsigned kvidx__group_used(const unsigned char *p) {
+  return kvidx__group_bits(vtstq_u8(vld1q_u8(p), vdupq_n_u8(0x80)));
+}
+#else
+#define KVIDX__BYTES_LOW7 0x7F7F7F7F7F7F7F7FULL
+#define KVIDX__BYTES_TOP 0x8080808080808080ULL
+KVIDX__HOT uint64_t kvidx__group_word(const unsigned char *p) { /* 8 bytes, byte k at bits 8k (any endianness) */
+  return KVIDX__CAST(uint64_t, p[0]) | KVIDX__CAST(uint64_t, p[1]) << 8 | KVIDX__CAST(uint64_t, p[2]) << 16 |
+         KVIDX__CAST(uint64_t, p[3]) << 24 | KVIDX__CAST(uint64_t, p[4]) << 32 | KVIDX__CAST(uint64_t, p[5]) << 40 |
+         KVIDX__CAST(uint64_t, p[6]) << 48 | KVIDX__CAST(uint64_t, p[7]) << 56;
+}
+/* t: only top bits set -> byte k's top bit as bit k.  Each bit lands at
+ * 56 + k, and no two of the product's terms share a position, so nothing
+ * carries into the top byte. */
+KVIDX__HOT unsigned kvidx__group_gather(uint64_t t) {
+  return KVIDX__CAST(unsigned, ((t >> 7) * 0x0102040810204080ULL) >> 56);
+}
+KVIDX__HOT unsigned kvidx__group_eq8(uint64_t v, unsigned char b) {
+  uint64_t x = v ^ (0x0101010101010101ULL * b); /* the bytes equal to b are 0 */
+  /* a byte's top bit after the add: its low 7 bits were not 0 (no carry
+   * leaves a byte); with x's own top bit, set exactly in the bytes not 0 */
+  uint64_t nonzero = ((x & KVIDX__BYTES_LOW7) + KVIDX__BYTES_LOW7) | x;
+  return kvidx__group_gather(~nonzero & KVIDX__BYTES_TOP);
+}
+KVIDX__HOT unsigned kvidx__group_eq(const unsigned char *p, unsigned char b) {
+  return kvidx__group_eq8(kvidx__group_word(p), b) | kvidx__group_eq8(kvidx__group_word(p + 8), b) << 8;
+}
+KVIDX__HOT unsigned kvidx__group_used(const unsigned char *p) {
+  return kvidx__group_gather(kvidx__group_word(p) & KVIDX__BYTES_TOP) |
+         kvidx__group_gather(kvidx__group_word(p + 8) & KVIDX__BYTES_TOP) << 8;
+}
+#endif
+#endif
+
 /* Bit k set: byte k of the 16 at p is 0 (an empty place). */
 KVIDX__HOT unsigned kvidx__ctrl_empties(const unsigned char *p) {
 #if KVIDX__CTRL
-  return KVIDX__CAST(unsigned, _mm_movemask_epi8(
-                                   _mm_cmpeq_epi8(_mm_loadu_si128(KVIDX__RCAST(const __m128i *, p)), _mm_setzero_si128())));
+  return kvidx__group_eq(p, 0u);
 #else
   unsigned k, e = 0;
   for (k = 0; k < 16; k++)
@@ -1681,13 +1756,13 @@ KVIDX__HOT uint32_t kvidx__mtab_probe_ctrl(const kvidx__mtab *t, uint64_t ew, ui
                                             uint32_t *free_at) {
   KVIDX__A(uint64_t) *w = kvidx__mtab_words(t);
   uint64_t mask = t->mask, i = h & mask;
-  const __m128i want = _mm_set1_epi8(KVIDX__CAST(char, KVIDX__CTRL_BYTE(h)));
+  const unsigned char want = KVIDX__CTRL_BYTE(h);
   uint32_t first_free = KVIDX__NONE;
   for (;;) {
-    __m128i g = _mm_loadu_si128(KVIDX__RCAST(const __m128i *, t->ctrl + i));
-    unsigned hit = KVIDX__CAST(unsigned, _mm_movemask_epi8(_mm_cmpeq_epi8(g, want)));
-    unsigned empty = KVIDX__CAST(unsigned, _mm_movemask_epi8(_mm_cmpeq_epi8(g, _mm_setzero_si128())));
-    unsigned open = ~KVIDX__CAST(unsigned, _mm_movemask_epi8(g)) & 0xFFFFu; /* empty or deleted */
+    const unsigned char *g = t->ctrl + i;
+    unsigned hit = kvidx__group_eq(g, want);
+    unsigned empty = kvidx__group_eq(g, 0u);
+    unsigned open = ~kvidx__group_used(g) & 0xFFFFu; /* empty or deleted */
     for (; hit; hit &= hit - 1) {
       uint64_t j = (i + kvidx__ctz64(hit)) & mask;
       if (kvidx__ld(&w[j * ew]) == key) return KVIDX__CAST(uint32_t, j);
@@ -1893,7 +1968,7 @@ KVIDX__PRIV void kvidx__map_drain(kvidx *ix, kvidx__map *m, uint64_t budget) {
       uint64_t xi = (end + at) & omask;
       unsigned used = 1;
       if (at + 16 <= stop) {
-        used = KVIDX__CAST(unsigned, _mm_movemask_epi8(_mm_loadu_si128(KVIDX__RCAST(const __m128i *, o->ctrl + xi))));
+        used = kvidx__group_used(o->ctrl + xi);
         at += 16;
       } else if (KVIDX__CTRL_USED(o->ctrl[xi])) {
         at++;
@@ -1986,7 +2061,7 @@ KVIDX__HOT void kvidx__rehash_loop(const kvidx__mtab *t, kvidx__mtab *nt, uint64
   word_at[0] = 0, word_at[1] = words / 2, word[0] = word[1] = 0; /* the bitmap starts zeroed */
   for (at = 0; at < size; at += 16) { /* from a free place, as a drain sweeps: rows keep their order */
     uint64_t xi = (from + at) & t->mask;
-    unsigned used = KVIDX__CAST(unsigned, _mm_movemask_epi8(_mm_loadu_si128(KVIDX__RCAST(const __m128i *, t->ctrl + xi))));
+    unsigned used = kvidx__group_used(t->ctrl + xi);
     if (at + 16 > size) used &= (1u << (size - at)) - 1; /* a table of 8 places: not twice */
     for (; used; used &= used - 1) {
       uint64_t q = (xi + kvidx__ctz64(used)) & t->mask, j, f, hi;

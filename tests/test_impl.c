@@ -1219,3 +1219,42 @@ int t_blocks_per_worker(void) {
   TD(kvidx_create(&ix, &cfg) == KVIDX_EINVAL);
   return fails;
 }
+
+/* Control-byte groups: the 16-bit masks of whichever form this build
+ * compiled (SSE2, NEON, or two 64-bit words) against a byte loop, on bytes
+ * at every edge the word form's arithmetic has (0, 1, 0x7F, 0x80, 0x81,
+ * 0xFE, 0xFF), at every offset, for a sought byte that is there, is 0, or
+ * is a used place's.  A build without control bytes checks the byte loop
+ * it keeps for deletions. */
+int t_ctrl_groups(void) {
+  static const unsigned char edge[] = {0x00, 0x01, 0x02, 0x7E, 0x7F, 0x80, 0x81, 0xFE, 0xFF};
+  unsigned char buf[48];
+  uint64_t rng = 0x9E3779B97F4A7C15ULL;
+  int fails = 0, round;
+  for (round = 0; round < 3000; round++) {
+    unsigned off, k, r;
+    unsigned char b;
+    for (k = 0; k < sizeof buf; k++) {
+      rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+      r = (unsigned)(rng >> 33);
+      buf[k] = (r & 3) ? edge[(r >> 2) % sizeof edge] : (unsigned char)(r >> 8);
+    }
+    b = round % 3 == 0 ? buf[round % 32] : round % 3 == 1 ? 0 : (unsigned char)(0x80 | (round & 0x7F));
+    for (off = 0; off <= 32; off++) {
+      unsigned eq = 0, used = 0, empty = 0;
+      for (k = 0; k < 16; k++) {
+        if (buf[off + k] == b) eq |= 1u << k;
+        if (buf[off + k] & 0x80) used |= 1u << k;
+        if (!buf[off + k]) empty |= 1u << k;
+      }
+      TD(kvidx__ctrl_empties(buf + off) == empty);
+#if KVIDX__CTRL
+      TD(kvidx__group_eq(buf + off, b) == eq);
+      TD(kvidx__group_used(buf + off) == used);
+#else
+      (void)eq, (void)used;
+#endif
+    }
+  }
+  return fails;
+}

@@ -74,6 +74,7 @@ int t_ctrl_tombstones(void);    /* deleted places: made, reused, dropped by a re
 int t_check_restores(void);     /* the checker puts back what it took apart, also on failure (test_impl.c) */
 int t_grow_drains(void);        /* a growth drains in every later store, the table roomy or not (test_impl.c) */
 int t_blocks_per_worker(void);  /* cfg.blocks_per_worker: seq tables start with its room (test_impl.c) */
+int t_ctrl_groups(void);        /* control-byte group masks against a byte loop (test_impl.c) */
 
 /* A snapshot stream in memory: kvidx_snapshot_write / _read callbacks. */
 typedef struct {
