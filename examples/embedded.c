@@ -13,7 +13,9 @@
  * The same file is the firmware of `make test-firmware` (examples/firmware/):
  * built with -DKVIDX_EMBEDDED_SEMIHOSTING for a Cortex-M4 it prints through
  * Arm semihosting instead of stdio (no stdio symbol is linked there), and its
- * output must equal the host build's line for line.
+ * output must equal the host build's line for line.  There it also defines
+ * KVIDX_NO_SIMD: a caller buffer never uses the control bytes, whose code
+ * would otherwise be linked for heap mode.
  */
 #define KVIDX_IMPLEMENTATION
 #include "kvidx.h"
