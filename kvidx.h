@@ -173,9 +173,10 @@
  *                are one probe.  tag: the low 16 bits of the seq's hash, so
  *                a growth's drain learns an entry's home without hashing
  *                its key again (in tables of at most 2^16 places; larger
- *                ones hash).  Outside caller-buffer mode (and
- *                KVIDX_NO_SIMD) the table also keeps a control byte per place (+1 byte), 16
- *                matched at once by a probe, and a deletion moves nothing:
+ *                ones hash).  Except in caller-buffer mode and
+ *                KVIDX_NO_SIMD builds, the table also keeps a control
+ *                byte per place (+1 byte), 16 matched at once by a
+ *                probe, and a deletion moves nothing:
  *                the place becomes empty, or deleted where a probe may
  *                have passed it (section 2, the Swiss tables' rule).
  *   Per (worker, run), one shared "holds" map (control bytes as above):
