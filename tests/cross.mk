@@ -90,13 +90,13 @@ $(CROSS_DIR)/host/answers.txt: $(CROSS_DIR)/host/test_golden tests/golden_hashes
 # aarch64 also as C++17: the header's NEON control-byte groups and its
 # std::atomic branch on a weakly ordered CPU, in a C++ translation unit
 CROSS_CXX := $(if $(filter aarch64,$(CROSS_ARCHS)),test-cross-aarch64-cxx)
-CROSS_DEB_PKGS += $(if $(CROSS_CXX),g++-aarch64-linux-gnu)
+CROSS_DEB_PKGS += $(if $(CROSS_CXX),g++-$(cross_triplet_aarch64))
 $(CROSS_DIR)/aarch64/test_core_cxx: $(TEST_SRCS) $(TEST_HDRS) | cross-deps
 	@mkdir -p $(@D)
-	nice -n 10 aarch64-linux-gnu-g++ -x c++ -std=c++17 $(WARN) -O2 -I. -static -o $@ $(TEST_SRCS) -pthread
+	nice -n 10 $(cross_triplet_aarch64)-g++ -x c++ -std=c++17 $(WARN) -O2 -I. -static -o $@ $(TEST_SRCS) -pthread
 test-cross-aarch64-cxx: $(CROSS_DIR)/aarch64/test_core_cxx
-	@echo "--- aarch64 as C++17 (aarch64-linux-gnu-g++, qemu-aarch64-static)"
-	@d=$(CROSS_DIR)/aarch64; qemu-aarch64-static $$d/test_core_cxx $(VECTORS) >$$d/core_cxx.log 2>&1; rc=$$?; \
+	@echo "--- aarch64 as C++17 ($(cross_triplet_aarch64)-g++, $(cross_qemu_aarch64))"
+	@d=$(CROSS_DIR)/aarch64; $(cross_qemu_aarch64) $$d/test_core_cxx $(VECTORS) >$$d/core_cxx.log 2>&1; rc=$$?; \
 	tail -1 $$d/core_cxx.log; \
 	if [ $$rc != 0 ]; then echo "aarch64 C++ core tests: FAILED, log in $$d/core_cxx.log"; grep -m5 -iE 'fail|error' $$d/core_cxx.log; fi; \
 	exit $$rc
