@@ -163,9 +163,11 @@
  *         the run the probe would find.  Along a chain of hints the walk
  *         asks for the next runs' lines a step or two ahead.
  *   locals:  [local 0][local 1]...[local len-1]          (2^lclass words)
- *   holders: [slot:32 | cutoff:32]([device bits]) x nhold (2^hclass words)
- *     cutoff = how many leading blocks of the run that worker holds; the
- *     device bits only with KVIDX_F_TIERS.
+ *   holders: [slot:32 | cutoff:8 | top:8 | 0:16]([device bits]) x nhold
+ *     (2^hclass words); cutoff = how many leading blocks of the run that
+ *     worker holds, top = 1 + its last held block's offset (writers: which
+ *     holders a moving tail concerns, kvidx__run_split); the device bits
+ *     only with KVIDX_F_TIERS.
  *
  *   Per worker (writer side only):
  *     seq table: engine seq -> run:32 | tag:16 | offset:8 | tiers:8
@@ -1137,6 +1139,9 @@ struct kvidx {
   kvidx__grow chains;          /* per run id, writer-only: its first block's
                                   chain hash once known, 0 if not (see
                                   kvidx__chain_at)                          */
+  kvidx__grow kid_hi;          /* per run id, writer-only, a byte: past the
+                                  highest offset a child hangs at (0: no
+                                  child); see kvidx__run_split              */
   uint32_t run_free, runs_live, runs_hw; /* runs_hw: ids handed out so far */
   uint32_t detached;           /* runs whose prefix nobody holds (below) */
   uint32_t chain_hint_run, chain_hint_off; /* writer: a position's chain, */
@@ -2805,6 +2810,11 @@ KVIDX__HOT kvidx__run *kvidx__run_at(const kvidx *ix, uint32_t r) { /* writer: i
   return KVIDX__RCAST(kvidx__run *, kvidx__grow_get(&ix->runs, r, 1, 0));
 }
 
+/* Writer: run r's byte of ix->kid_hi. */
+KVIDX__PRIV unsigned char *kvidx__kid_hi(const kvidx *ix, uint32_t r) {
+  return KVIDX__RCAST(unsigned char *, kvidx__grow_get(&ix->kid_hi, r, 1, 0));
+}
+
 KVIDX__PRIV void kvidx__kids_add(kvidx *ix, uint32_t r, uint32_t d) {
   kvidx__run *rn = kvidx__run_at(ix, r);
   kvidx__st(&rn->kids, kvidx__ld(&rn->kids) + d);
@@ -2853,6 +2863,7 @@ KVIDX__PRIV int kvidx__shared_reserve(kvidx *ix, size_t n) {
       (rc = kvidx__map_reserve(ix, &ix->multi, n)) != KVIDX_OK ||
       (rc = kvidx__grow_reserve(ix, &ix->runs, KVIDX__CAST(uint64_t, ix->runs_hw) + n + 1)) != KVIDX_OK ||
       (rc = kvidx__grow_reserve(ix, &ix->chains, KVIDX__CAST(uint64_t, ix->runs_hw) + n + 1)) != KVIDX_OK ||
+      (rc = kvidx__grow_reserve(ix, &ix->kid_hi, KVIDX__CAST(uint64_t, ix->runs_hw) + n + 1)) != KVIDX_OK ||
       (rc = kvidx__words_reserve(ix, 2 * KVIDX__CAST(uint64_t, n) + 128)) != KVIDX_OK)
     return rc;
   return KVIDX_OK;
@@ -2879,7 +2890,9 @@ KVIDX__PRIV void kvidx__run_hang(kvidx *ix, uint32_t r, uint32_t parent, uint32_
     uint32_t c = kvidx__ld(&pn->cont);
     int keep = c != KVIDX__NONE && c != r && kvidx__ld(&pn->kids) &&
                KVIDX__LEN(kvidx__ld(&(cn = kvidx__run_at(ix, c))->shape)) && kvidx__ld(&cn->parent) == parent;
+    unsigned char *hi = kvidx__kid_hi(ix, parent);
     kvidx__kids_add(ix, parent, 1);
+    if (*hi <= poff) *hi = KVIDX__CAST(unsigned char, poff + 1);
     if (!keep) kvidx__hint_set(pn, r, poff);
   } else if (poff == KVIDX__DETACHED) {
     unsigned char *f = &ix->det_filter[KVIDX__DET_SLOT(key)];
@@ -2892,6 +2905,7 @@ KVIDX__PRIV void kvidx__run_hang(kvidx *ix, uint32_t r, uint32_t parent, uint32_
 KVIDX__PRIV void kvidx__run_unhang(kvidx *ix, uint32_t parent, uint32_t poff, uint64_t key) {
   if (parent != KVIDX__NONE) {
     kvidx__kids_add(ix, parent, KVIDX__CAST(uint32_t, -1));
+    if (!kvidx__ld(&kvidx__run_at(ix, parent)->kids)) *kvidx__kid_hi(ix, parent) = 0;
   } else if (poff == KVIDX__DETACHED) {
     unsigned char *f = &ix->det_filter[KVIDX__DET_SLOT(key)];
     ix->detached--;
@@ -2934,6 +2948,7 @@ KVIDX__PRIV uint32_t kvidx__run_new(kvidx *ix, uint32_t parent, uint32_t poff, u
   kvidx__st(&rn->shape, KVIDX__SHAPE(1, poff, lc, KVIDX__NOCLASS));
   kvidx__run_wend(rn);
   *kvidx__chain_memo(ix, r) = chain;
+  *kvidx__kid_hi(ix, r) = 0;
   kvidx__child_key(e, parent, poff, local);
   e[2] = r;
   kvidx__map_insert(ix, &ix->children, e);
@@ -3152,21 +3167,30 @@ KVIDX__PRIV uint32_t kvidx__holder_add(kvidx *ix, uint32_t r, uint32_t s) {
 enum { KVIDX__H_HELD = 1, KVIDX__H_MULTI = 2, KVIDX__H_INDEX = 3 };
 
 KVIDX__PRIV uint32_t kvidx__hold_find(const kvidx *ix, uint32_t s, uint32_t r) {
-  uint64_t key = (KVIDX__CAST(uint64_t, s) + 1) << 32 | r;
-  return kvidx__map_find(ix, &ix->holds, &key);
+  uint64_t key[2]; /* one word is the key; two keep GCC's inlined bounds check quiet */
+  key[0] = (KVIDX__CAST(uint64_t, s) + 1) << 32 | r;
+  key[1] = 0;
+  return kvidx__map_find(ix, &ix->holds, key);
 }
 
 KVIDX__PRIV uint32_t kvidx__cutoff(uint64_t held) {
   return ~held ? kvidx__ctz64(~held) : 64u;
 }
 
+/* A holder entry's first word for slot s holding `held` of the run. */
+KVIDX__PRIV uint64_t kvidx__holder_word(uint32_t s, uint64_t held) {
+  uint64_t top = held ? kvidx__log2(held) + 1u : 0u;
+  return KVIDX__CAST(uint64_t, kvidx__cutoff(held)) << 32 | top << 40 | s;
+}
+#define KVIDX__HOLDER_CUT(e) KVIDX__CAST(uint32_t, ((e) >> 32) & 0xFFu)
+#define KVIDX__HOLDER_TOP(e) KVIDX__CAST(uint32_t, ((e) >> 40) & 0xFFu)
+
 /* Publish a holding's cutoff (and device bits) in the run's holder list. */
 KVIDX__PRIV void kvidx__holder_set(kvidx *ix, uint32_t r, KVIDX__A(uint64_t) *h) {
   kvidx__run *rn = kvidx__run_at(ix, r);
   uint32_t j = KVIDX__CAST(uint32_t, kvidx__ld(&h[KVIDX__H_INDEX]));
   KVIDX__A(uint64_t) *e = kvidx__holder(ix, rn, j);
-  uint64_t v = (KVIDX__CAST(uint64_t, kvidx__cutoff(kvidx__ld(&h[KVIDX__H_HELD]))) << 32) |
-               (kvidx__ld(&e[0]) & 0xFFFFFFFFu);
+  uint64_t v = kvidx__holder_word(KVIDX__CAST(uint32_t, kvidx__ld(&e[0]) & 0xFFFFFFFFu), kvidx__ld(&h[KVIDX__H_HELD]));
   uint64_t dev = kvidx__ld(&h[ix->hdev]);
   if (kvidx__ld(&e[0]) == v && (ix->hw < 2 || kvidx__ld(&e[1]) == dev)) return;
   kvidx__run_wbegin(rn);
@@ -3584,6 +3608,199 @@ KVIDX__PRIV void kvidx__run_shorten(kvidx *ix, uint32_t r, uint32_t len) {
   ix->entries -= now - len;
 }
 
+/* ---- a run's tail moves out ------------------------------------------------
+ * A store that leaves run r after its block k - 1 (its next block is not
+ * r's block k) would start a run of its own there.  Instead, when it can,
+ * r's blocks k.. move to a new run hung below (r, k - 1) and the store goes
+ * on at r's end, in place.  Why: conversations.  A turn's prompt is the
+ * last turn's up to where that one's partial block and output began, so a
+ * run per turn hangs below the last and a long conversation's query reads
+ * a run per turn, each a dependent load (W16 C16384's slowest 1%: 11 runs
+ * for 45 blocks, a turn adding one block each); with the tails moved out
+ * the conversation is one run of up to 64 blocks and the old turns' tails
+ * hang off it.  The tail's holders keep every block and cutoff; their seq
+ * entries point at the new run.  They are found by folding the tail's
+ * locals onto the store's own seq for block k - 1 (seq_before), as
+ * kvidx_seq_hashes does, and each is believed only if it names the very
+ * block it should (a block held under one seq has one entry): so a split
+ * happens where the tail's holders hash as the store's worker does
+ * (Dynamo's hashing); a holder with other engine hashes, or two seqs for a
+ * tail block, keeps the run as it is.  Not with tiers, eviction or in caller-buffer mode
+ * (whose size bound counts the runs a store makes), not when a child hangs
+ * at k or later (kid_hi: those would have to move too), nor past
+ * KVIDX__SPLIT_HOLDERS holders or KVIDX__SPLIT_SEQS seq entries to update.
+ * Semantics do not change: the same workers hold the same chains.  A tail
+ * nobody holds (and nothing hangs below) is dropped instead.  1 if done;
+ * 0 with nothing changed. */
+#define KVIDX__SPLIT_HOLDERS 8u /* holders of the tail */
+#define KVIDX__SPLIT_SEQS 16u
+KVIDX__PRIV int kvidx__run_split(kvidx *ix, uint32_t r, uint32_t k, uint64_t seq_before, kvidx__hcache *hc) {
+  kvidx__run *rn = kvidx__run_at(ix, r), *tn;
+  uint32_t shape = kvidx__ld(&rn->shape), len = KVIDX__LEN(shape), nh = KVIDX__NHOLD(kvidx__ld(&rn->nhold));
+  uint32_t tail = len - k, j, kept = 0, moving = 0, nseq = 0, t, li, hi, count, moved_slot[KVIDX__SPLIT_HOLDERS];
+  uint32_t idx[KVIDX__SPLIT_HOLDERS], slot[KVIDX__SPLIT_HOLDERS], seq_at[KVIDX__SPLIT_SEQS], nmoved = 0;
+  uint32_t moved_to[KVIDX__SPLIT_HOLDERS];
+  unsigned char seq_off[KVIDX__SPLIT_SEQS], lc, hcl;
+  uint64_t low[KVIDX__SPLIT_HOLDERS], high[KVIDX__SPLIT_HOLDERS], chain[KVIDX__RUN_MAX], e[5], any = 0;
+  if (ix->tiers_on || ix->evict || ix->buffer_mode || k == 0 || k >= len || *kvidx__kid_hi(ix, r) > k) return 0;
+  kvidx__hcache_flush(ix, hc); /* every holder entry current (and holdings may move below) */
+  /* from the holder list alone: the tail's holders, and at most how many
+   * seq entries they have there (their tops) */
+  for (j = 0; j < nh; j++) {
+    uint32_t top = KVIDX__HOLDER_TOP(kvidx__ld(kvidx__holder(ix, rn, j)));
+    if (top > k && (++moving > KVIDX__SPLIT_HOLDERS || (nseq += top - k) > KVIDX__SPLIT_SEQS)) return 0;
+  }
+  /* the lines this will most likely read, asked for at once: the tail
+   * holders' holdings and their seq entries for block k, the child map's
+   * place for the tail, the free chunks and run record it would take
+   * (their links) */
+  lc = KVIDX__CAST(unsigned char, kvidx__class_of(tail));
+  hcl = KVIDX__CAST(unsigned char, kvidx__class_of(moving ? moving : 1));
+  if (ix->words.free_head[lc] != KVIDX__NONE) KVIDX__PREFETCH(kvidx__word(ix, ix->words.free_head[lc]));
+  if (ix->words.free_head[hcl] != KVIDX__NONE) KVIDX__PREFETCH(kvidx__word(ix, ix->words.free_head[hcl]));
+  if (ix->run_free != KVIDX__NONE) KVIDX__PREFETCH(kvidx__run_at(ix, ix->run_free));
+  chain[0] = kvidx_seq_hash_next(seq_before, kvidx__local_at(ix, rn, k));
+  kvidx__child_prefetch(ix, r, k - 1, kvidx__local_at(ix, rn, k));
+  for (j = 0; moving && j < nh; j++) {
+    uint64_t v = kvidx__ld(kvidx__holder(ix, rn, j)), key;
+    if (KVIDX__HOLDER_TOP(v) <= k) continue;
+    key = (v & 0xFFFFFFFFu) + 1;
+    key = key << 32 | r;
+    kvidx__map_prefetch(&ix->holds, kvidx__key_hash(ix->seed, &key, 1), 1);
+    kvidx__map_prefetch(&ix->slots[v & 0xFFFFFFFFu].seqs, kvidx__key_hash(ix->seed, &chain[0], 1), 1);
+  }
+  moving = 0;
+  for (j = 0; j < nh; j++) { /* the holders of the tail: their blocks before k and from k */
+    uint64_t v = kvidx__ld(kvidx__holder(ix, rn, j)), held;
+    KVIDX__A(uint64_t) *h;
+    if (KVIDX__HOLDER_TOP(v) <= k) {
+      kept++;
+      continue;
+    }
+    idx[moving] = j;
+    slot[moving] = KVIDX__CAST(uint32_t, v & 0xFFFFFFFFu);
+    h = kvidx__map_at(&ix->holds, kvidx__hold_find(ix, slot[moving], r));
+    held = kvidx__ld(&h[KVIDX__H_HELD]);
+    if (kvidx__ld(&h[KVIDX__H_MULTI]) >> k) return 0; /* a tail block under two seqs */
+    low[moving] = held & ((KVIDX__CAST(uint64_t, 1) << k) - 1);
+    high[moving] = held >> k;
+    any |= high[moving];
+    kept += low[moving++] != 0;
+  }
+  if (!kept) return 0; /* (the store's own worker holds block k - 1: not met) */
+  if (!moving) { /* nobody holds the tail (and nothing hangs below it): it goes */
+    if (ix->chain_hint_run == r && ix->chain_hint_off >= k) ix->chain_hint_run = KVIDX__NONE;
+    kvidx__run_wbegin(rn);
+    kvidx__st(&rn->shape, KVIDX__SHAPE(k, KVIDX__POFF(shape), KVIDX__LCLS(shape), KVIDX__HCLS(shape)));
+    kvidx__run_wend(rn);
+    ix->entries -= tail;
+    return 1;
+  }
+  for (j = 1; j <= kvidx__log2(any); j++) chain[j] = kvidx_seq_hash_next(chain[j - 1], kvidx__local_at(ix, rn, k + j));
+  for (j = 0, nseq = 0; j < moving; j++) { /* each tail block's seq entry */
+    uint64_t bits = high[j];
+    for (; bits; bits &= bits - 1) {
+      uint32_t o = kvidx__ctz64(bits), at = kvidx__map_find(ix, &ix->slots[slot[j]].seqs, &chain[o]);
+      uint64_t pos;
+      if (at == KVIDX__NONE) return 0; /* hashed otherwise */
+      pos = kvidx__ld(&kvidx__map_at(&ix->slots[slot[j]].seqs, at)[1]);
+      if (KVIDX__POS_RUN(pos) != r || KVIDX__POS_OFF(pos) != k + o) return 0;
+      seq_at[nseq] = at;
+      seq_off[nseq++] = KVIDX__CAST(unsigned char, o);
+    }
+  }
+  /* room, before anything changes */
+  if (kvidx__map_reserve(ix, &ix->holds, moving) != KVIDX_OK || kvidx__map_reserve(ix, &ix->children, 1) != KVIDX_OK ||
+      kvidx__grow_reserve(ix, &ix->runs, KVIDX__CAST(uint64_t, ix->runs_hw) + 1) != KVIDX_OK ||
+      kvidx__grow_reserve(ix, &ix->chains, KVIDX__CAST(uint64_t, ix->runs_hw) + 1) != KVIDX_OK ||
+      kvidx__grow_reserve(ix, &ix->kid_hi, KVIDX__CAST(uint64_t, ix->runs_hw) + 1) != KVIDX_OK)
+    return 0;
+  if ((li = kvidx__chunk_alloc(ix, lc)) == KVIDX__NONE) return 0;
+  if ((hi = kvidx__chunk_alloc(ix, hcl)) == KVIDX__NONE) {
+    kvidx__chunk_free(ix, li, lc);
+    return 0;
+  }
+  /* the tail's run, complete before the child map names it */
+  if (ix->run_free != KVIDX__NONE) {
+    t = ix->run_free;
+    ix->run_free = kvidx__ld(&kvidx__run_at(ix, t)->kids);
+  } else {
+    t = ix->runs_hw++;
+    kvidx__st(&kvidx__run_at(ix, t)->ver, 0u);
+  }
+  tn = kvidx__run_at(ix, t);
+  kvidx__words_copy(ix, li, kvidx__ld(&rn->locals) + k, tail);
+  for (j = 0; j < moving; j++) kvidx__st(kvidx__word(ix, hi + j), kvidx__holder_word(slot[j], high[j]));
+  kvidx__run_wbegin(tn);
+  kvidx__st(&tn->parent, r);
+  kvidx__st(&tn->locals, li);
+  kvidx__st(&tn->holders, hi);
+  kvidx__st(&tn->nhold, moving);
+  kvidx__st(&tn->kids, 0u);
+  kvidx__st(&tn->cont, KVIDX__NONE);
+  kvidx__st(&tn->shape, KVIDX__SHAPE(tail, k - 1, lc, hcl));
+  kvidx__run_wend(tn);
+  *kvidx__chain_memo(ix, t) = 0; /* chain[0] is the store's worker's hashing, maybe not the chain */
+  *kvidx__kid_hi(ix, t) = 0;
+  kvidx__child_key(e, r, k - 1, kvidx__local_at(ix, rn, k));
+  e[2] = t;
+  kvidx__map_insert(ix, &ix->children, e);
+  kvidx__run_hang(ix, t, r, k - 1, e[1]);
+  ix->runs_live++;
+  for (j = 0; j < moving; j++) { /* the tail's holdings */
+    e[0] = (KVIDX__CAST(uint64_t, slot[j]) + 1) << 32 | t;
+    e[KVIDX__H_HELD] = high[j];
+    e[KVIDX__H_MULTI] = 0;
+    e[KVIDX__H_INDEX] = j;
+    e[4] = 0;
+    kvidx__map_insert(ix, &ix->holds, e);
+  }
+  for (j = 0, nseq = 0; j < moving; j++) { /* their seq entries (tag and tier bits stay) */
+    uint64_t bits = high[j];
+    for (; bits; bits &= bits - 1, nseq++) {
+      KVIDX__A(uint64_t) *p = &kvidx__map_at(&ix->slots[slot[j]].seqs, seq_at[nseq])[1];
+      uint64_t pos = kvidx__ld(p);
+      kvidx__st(p, KVIDX__CAST(uint64_t, t) << 32 | (pos & 0xFFFF00FFu) | KVIDX__CAST(uint64_t, seq_off[nseq]) << 8);
+    }
+  }
+  /* r ends at k: the tail's holders keep their blocks before k, or leave
+   * (the last entry fills the gap, from the highest index down, so the
+   * entries that move are ones that stay) */
+  count = nh;
+  KVIDX_TEST_HOOK(ix, 12); /* the tail's run published, r still whole */
+  kvidx__run_wbegin(rn);
+  KVIDX_TEST_HOOK(ix, 13); /* r being shortened */
+  for (j = 0; j < moving; j++)
+    if (low[j]) kvidx__st(kvidx__holder(ix, rn, idx[j]), kvidx__holder_word(slot[j], low[j]));
+  for (j = moving; j-- > 0;)
+    if (!low[j] && idx[j] != --count) {
+      KVIDX__A(uint64_t) *src = kvidx__holder(ix, rn, count);
+      uint64_t v = kvidx__ld(src);
+      kvidx__st(kvidx__holder(ix, rn, idx[j]), v);
+      moved_slot[nmoved] = KVIDX__CAST(uint32_t, v & 0xFFFFFFFFu);
+      moved_to[nmoved++] = idx[j];
+    }
+  kvidx__st(&rn->nhold, (kvidx__ld(&rn->nhold) & 0xFFFF0000u) | count);
+  kvidx__st(&rn->shape, KVIDX__SHAPE(k, KVIDX__POFF(shape), KVIDX__LCLS(shape), KVIDX__HCLS(shape)));
+  kvidx__run_wend(rn);
+  /* the store now writes r's blocks from k on, which a reader that took
+   * r's old length may still read: those writes are ordered after the
+   * version change that makes such a reader retry */
+  kvidx__fence_rel();
+  for (j = 0; j < moving; j++) /* their holdings of r (entries move only on deletion: last) */
+    if (low[j]) kvidx__st(&kvidx__map_at(&ix->holds, kvidx__hold_find(ix, slot[j], r))[KVIDX__H_HELD], low[j]);
+  for (j = 0; j < nmoved; j++)
+    kvidx__st(&kvidx__map_at(&ix->holds, kvidx__hold_find(ix, moved_slot[j], r))[KVIDX__H_INDEX],
+              KVIDX__CAST(uint64_t, moved_to[j]));
+  for (j = 0; j < moving; j++)
+    if (!low[j]) kvidx__map_delete(ix, &ix->holds, kvidx__hold_find(ix, slot[j], r));
+  if (ix->chain_hint_run == r && ix->chain_hint_off >= k) {
+    ix->chain_hint_run = t;
+    ix->chain_hint_off -= k;
+  }
+  return 1;
+}
+
 KVIDX__PRIV void kvidx__cursor_at(const kvidx *ix, kvidx__cursor *c, uint32_t r, uint32_t off) {
   c->r = r;
   c->off = off;
@@ -3605,9 +3822,12 @@ KVIDX__PRIV void kvidx__cursor_at(const kvidx *ix, kvidx__cursor *c, uint32_t r,
  * a child run, a detached run hung back, appended to the run's end, or a
  * new run.  chain: the block's chain hash, when the index has detached runs
  * (else 0): a position this store is about to make may be one of them.
+ * seq_before: the store's seq for the block at the cursor (a new run's
+ * place may go to the store when the run's tail can move out:
+ * kvidx__run_split).
  * Changes to runs that were there go into the undo log. */
 KVIDX__PRIV int kvidx__advance(kvidx *ix, kvidx__cursor *c, uint64_t local, size_t hint, uint64_t chain,
-                               kvidx__undo *u) {
+                               uint64_t seq_before, kvidx__undo *u, kvidx__hcache *hc) {
   uint32_t ch;
   if (c->off + 1 < c->len && kvidx__ld(&c->lw[c->off + 1]) == local) {
     c->off++;
@@ -3629,6 +3849,11 @@ KVIDX__PRIV int kvidx__advance(kvidx *ix, kvidx__cursor *c, uint64_t local, size
     return KVIDX_OK;
   }
   if (ix->entries >= ix->max_entries) return KVIDX_EFULL;
+  if (c->r != KVIDX__NONE && c->off + 1 < c->len && kvidx__run_split(ix, c->r, c->off + 1, seq_before, hc)) {
+    /* the run ends here now, and nothing hangs past here: its end grows */
+    c->len = c->off + 1;
+    c->kids = 0;
+  }
   if (c->r != KVIDX__NONE && c->off + 1 == c->len && c->len < KVIDX__RUN_MAX) {
     /* the run's end: grow it in place (holders' cutoffs stay as they are) */
     if (!c->made && !c->logged) {
@@ -3868,7 +4093,7 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
         else chain = kvidx_seq_hash_next(chain_ok ? chain : kvidx__chain_at(ix, cur.r, cur.off), b[i].local);
         chain_ok = 1;
       }
-      if ((rc = kvidx__advance(ix, &cur, b[i].local, n - i, chain, &undo)) != KVIDX_OK) {
+      if ((rc = kvidx__advance(ix, &cur, b[i].local, n - i, chain, i ? b[i - 1].seq : parent ? *parent : 0, &undo, &hc)) != KVIDX_OK) {
         kvidx__run_release(ix, cur.r); /* a run made for this block and left empty */
         break;
       }
@@ -4384,7 +4609,7 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
         uint64_t in = first ? ~KVIDX__CAST(uint64_t, 0) : act[0], sn = 0, nx = 0;
         for (j = 0; j < nh; j++) {
           uint64_t e = kvidx__ld(&hp[j * hw]), bit;
-          uint32_t s = KVIDX__CAST(uint32_t, e & 0xFFFFFFFFu), cut = KVIDX__CAST(uint32_t, e >> 32);
+          uint32_t s = KVIDX__CAST(uint32_t, e & 0xFFFFFFFFu), cut = KVIDX__HOLDER_CUT(e);
           if (cut > KVIDX__RUN_MAX) break; /* torn: retry */
           bit = (s < 64 ? KVIDX__CAST(uint64_t, 1) << s : 0) & in; /* s >= 64: as below */
           sn |= bit;
@@ -4398,7 +4623,7 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
         kvidx__set_zero(next, nw);
         for (j = 0; j < nh; j++) {
           uint64_t e = kvidx__ld(&hp[j * hw]), bit;
-          uint32_t s = KVIDX__CAST(uint32_t, e & 0xFFFFFFFFu), cut = KVIDX__CAST(uint32_t, e >> 32), upto, c = 0;
+          uint32_t s = KVIDX__CAST(uint32_t, e & 0xFFFFFFFFu), cut = KVIDX__HOLDER_CUT(e), upto, c = 0;
           if (cut > KVIDX__RUN_MAX) break; /* torn: retry */
           /* a slot past our word count was assigned after the query began
            * (emit_slot would skip it too), or the copy is torn: skip it, the
@@ -4619,6 +4844,7 @@ KVIDX__PRIV int kvidx__plan_cfg(const kvidx_config *cfg, int buffer, kvidx__plan
     a = kvidx__cls_bytes((KVIDX__CAST(uint64_t, 1) << pl->words_shift) * 8) +
         kvidx__cls_bytes((KVIDX__CAST(uint64_t, 1) << pl->runs_shift) * sizeof(kvidx__run)) +
         kvidx__cls_bytes((KVIDX__CAST(uint64_t, 1) << pl->runs_shift) * 8) +
+        kvidx__cls_bytes(KVIDX__CAST(uint64_t, 1) << pl->runs_shift) +
         kvidx__map_fixed(pl->shared[0], 3) + kvidx__map_fixed(pl->shared[1], hw + 3) +
         kvidx__map_fixed(pl->shared[2], 3) + kvidx__map_fixed(pl->shared[3], 3) + 2 * kvidx__map_worst(B + 8, ew) +
         KVIDX__CAST(uint64_t, pl->max_workers) * 512 + kvidx__cls_bytes(B / 8 + 8) +
@@ -4689,6 +4915,8 @@ KVIDX__PRIV kvidx *kvidx__setup(const kvidx_config *cfg, const kvidx__plan *pl, 
   ix->runs.shift0 = pl->runs_shift;
   ix->chains.es = 8;
   ix->chains.shift0 = pl->runs_shift;
+  ix->kid_hi.es = 1;
+  ix->kid_hi.shift0 = pl->runs_shift;
   kvidx__map_init(&ix->slot_map, 3, 2, 1, 0);
   kvidx__map_init(&ix->children, 3, 2, 0, 1);
   kvidx__map_init(&ix->holds, ix->tiers_on ? 5u : 4u, 1, 0, 0);
@@ -4788,6 +5016,7 @@ KVIDX_DEF void kvidx_destroy(kvidx *ix) {
   kvidx__grow_drop(ix, &ix->words.g);
   kvidx__grow_drop(ix, &ix->runs);
   kvidx__grow_drop(ix, &ix->chains);
+  kvidx__grow_drop(ix, &ix->kid_hi);
   if (ix->heap) kvidx__free(ix, ix->heap, ix->heap_cap * sizeof(kvidx__victim));
   kvidx__free(ix, ix, ix->fixed_bytes);
 }
@@ -5222,7 +5451,7 @@ KVIDX__PRIV int kvidx__check_holdings(kvidx *ix, int after_sub) {
     KVIDX__CHK(KVIDX__LEN(kvidx__ld(&rn->shape)) == 64 || (held >> KVIDX__LEN(kvidx__ld(&rn->shape))) == 0);
     j = KVIDX__CAST(uint32_t, kvidx__ld(&h[KVIDX__H_INDEX]));
     KVIDX__CHK(j < KVIDX__NHOLD(kvidx__ld(&rn->nhold)));
-    KVIDX__CHK(kvidx__ld(kvidx__holder(ix, rn, j)) == ((KVIDX__CAST(uint64_t, kvidx__cutoff(held)) << 32) | s));
+    KVIDX__CHK(kvidx__ld(kvidx__holder(ix, rn, j)) == kvidx__holder_word(s, held));
     KVIDX__CHK(ix->hw < 2 || kvidx__ld(kvidx__holder(ix, rn, j) + 1) == dev);
     KVIDX__CHK(ix->tiers_on || dev == held);
   }
@@ -5345,6 +5574,7 @@ KVIDX__PRIV int kvidx__check_runs(kvidx *ix) {
       if (KVIDX__LEN(kvidx__ld(&rn->shape)) && parent != KVIDX__NONE) {
         kvidx__run *pn = kvidx__run_at(ix, parent);
         uint32_t v = kvidx__ld(&pn->nhold);
+        if (*kvidx__kid_hi(ix, parent) <= KVIDX__POFF(kvidx__ld(&rn->shape))) freed = KVIDX__NONE; /* kid_hi low */
         kvidx__st(&pn->nhold, (v & 0xFF00FFFFu) | (((v >> 16) + 1) & 0xFFu) << 16);
         hung++;
       }

@@ -1118,6 +1118,7 @@ int main(int argc, char **argv) {
   CHECK_EQ(t_detached(), 0);
   CHECK_EQ(t_failed_store_shrinks(), 0);
   CHECK_EQ(t_hint_kept(), 0);
+  CHECK_EQ(t_run_split(), 0);
   CHECK_EQ(t_seq_tags(), 0);
   CHECK_EQ(t_ctrl_collisions(), 0);
   CHECK_EQ(t_ctrl_tombstones(), 0);

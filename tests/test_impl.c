@@ -1258,3 +1258,152 @@ int t_ctrl_groups(void) {
   }
   return fails;
 }
+
+/* A run's tail moves out (kvidx__run_split): a store that leaves a run
+ * before its end goes on in the run, in place, and the run's old blocks
+ * from there become a run hung below it, with their holders, cutoffs and
+ * seq entries; where a holder of the tail hashes otherwise (opaque seqs)
+ * the run stays as it was.  Holes, a holder of the tail only (it leaves
+ * the run), removals through the moved seq entries, and the store failing
+ * at every allocation after the move: answers as the reference's and the
+ * checker content throughout. */
+#define T_SPLIT_P 10
+static uint64_t t_split_p[T_SPLIT_P] = {11, 12, 13, 14, 15, 16, 17, 18, 19, 20};
+/* Blocks of locals l[0..n) from the root, seqs the chains (as
+ * kvidx_seq_hashes), or opaque + i when opaque. */
+static void t_split_blocks(kvidx_block *b, const uint64_t *l, size_t n, uint64_t opaque) {
+  size_t i;
+  for (i = 0; i < n; i++) {
+    b[i].local = l[i];
+    b[i].seq = opaque ? opaque + i : i ? kvidx_seq_hash_next(b[i - 1].seq, l[i]) : l[i];
+  }
+}
+static int t_split_store(kvidx *ix, kvidx *ref, uint64_t w, const uint64_t *l, size_t n, uint64_t opaque) {
+  kvidx_block b[16];
+  int fails = 0;
+  t_split_blocks(b, l, n, opaque);
+  TD(kvidx_store(ix, w, 0, NULL, b, n) == KVIDX_OK && kvidx_store(ref, w, 0, NULL, b, n) == KVIDX_OK);
+  return fails;
+}
+/* worker w lets go of its blocks at the given indexes of path l */
+static int t_split_remove(kvidx *ix, kvidx *ref, uint64_t w, const uint64_t *l, size_t n, const uint32_t *at, size_t k,
+                          uint64_t opaque) {
+  kvidx_block b[16];
+  uint64_t s[16];
+  size_t i;
+  int fails = 0;
+  t_split_blocks(b, l, n, opaque);
+  for (i = 0; i < k; i++) s[i] = b[at[i]].seq;
+  TD(kvidx_remove(ix, w, 0, s, k) == KVIDX_OK && kvidx_remove(ref, w, 0, s, k) == KVIDX_OK);
+  return fails;
+}
+static int t_split_same(const kvidx *ix, const kvidx *ref, const uint64_t (*paths)[8], size_t np) {
+  size_t i, n;
+  int fails = 0;
+  for (i = 0; i < np; i++)
+    for (n = 1; n <= 8; n++) fails += t_same_answers(ix, ref, paths[i], n);
+  TD(kvidx__check(ix) == 0);
+  return fails;
+}
+static uint32_t t_split_run_of(kvidx *ix, uint64_t w, const uint64_t *l, size_t n, uint64_t opaque) {
+  kvidx_block b[16];
+  uint32_t s = kvidx__slot_of(ix, w, 0), at;
+  t_split_blocks(b, l, n, opaque);
+  if (s == KVIDX__NONE || (at = kvidx__map_find(ix, &ix->slots[s].seqs, &b[n - 1].seq)) == KVIDX__NONE)
+    return KVIDX__NONE;
+  return KVIDX__POS_RUN(kvidx__ld(&kvidx__map_at(&ix->slots[s].seqs, at)[1]));
+}
+static uint32_t t_split_len(const kvidx *ix, uint32_t r) {
+  return r == KVIDX__NONE ? 0 : KVIDX__LEN(kvidx__ld(&kvidx__run_at(ix, r)->shape));
+}
+int t_run_split(void) {
+  static const int kinds[2] = {KVIDX_POSITIONAL, KVIDX_RADIX};
+  /* turn 1: p0 p1 p2 a1 o1 o2; turn 2: p0 p1 p2 p3 a2 (leaves turn 1 after p2) */
+  static const uint64_t paths[3][8] = {{11, 12, 13, 31, 41, 42, 0, 0}, {11, 12, 13, 14, 32, 0, 0, 0},
+                                       {11, 12, 13, 31, 41, 0, 0, 0}};
+  uint32_t r, t;
+  int k, fails = 0, opaque;
+  long n;
+  (void)t_split_p;
+  for (k = 0; k < 2; k++) {
+    kvidx *ix, *ref;
+    /* the plain case, and a holder of the tail with opaque seqs (no move) */
+    for (opaque = 0; opaque < 2; opaque++) {
+      if (t_with_ref(kinds[k], &ix, &ref)) return fails + 1;
+      fails += t_split_store(ix, ref, 1, paths[0], 6, opaque ? 7000 : 0);
+      r = t_split_run_of(ix, 1, paths[0], 6, opaque ? 7000 : 0);
+      TD(t_split_len(ix, r) == 6);
+      fails += t_split_store(ix, ref, 2, paths[1], 5, 0);
+      TD(t_split_run_of(ix, 2, paths[1], 5, 0) == (opaque ? kvidx__child_find(ix, r, 2, 14) : r));
+      TD(t_split_len(ix, r) == (opaque ? 6u : 5u));
+      t = t_split_run_of(ix, 1, paths[0], 6, opaque ? 7000 : 0);
+      TD(opaque ? t == r : (t == kvidx__child_find(ix, r, 2, 31) && t != KVIDX__NONE && t_split_len(ix, t) == 3));
+      fails += t_split_same(ix, ref, paths, 3);
+      { /* removals find the moved seq entries */
+        static const uint32_t at[2] = {4, 5};
+        fails += t_split_remove(ix, ref, 1, paths[0], 6, at, 2, opaque ? 7000 : 0);
+      }
+      fails += t_split_same(ix, ref, paths, 3);
+      kvidx_destroy(ix);
+      kvidx_destroy(ref);
+    }
+    /* holes and a holder of the tail only; then turn 2 fails at each
+     * allocation in turn (the move done or not), then succeeds */
+    for (n = 0;; n++) {
+      kvidx_config cfg;
+      t_alloc_ctx ac;
+      int rc, rr;
+      kvidx_block b[8];
+      memset(&cfg, 0, sizeof cfg);
+      memset(&ac, 0, sizeof ac);
+      ac.fail_at = -1;
+      cfg.kind = KVIDX_REFERENCE;
+      if (kvidx_create(&ref, &cfg) != KVIDX_OK) return fails + 1;
+      cfg.kind = kinds[k];
+      cfg.alloc = t_alloc;
+      cfg.free = t_free;
+      cfg.alloc_ctx = &ac;
+      if (kvidx_create(&ix, &cfg) != KVIDX_OK) {
+        kvidx_destroy(ref);
+        return fails + 1;
+      }
+      fails += t_split_store(ix, ref, 1, paths[0], 6, 0); /* p0 p1 p2 . o1 o2: a hole */
+      {
+        static const uint32_t at1[1] = {3}, at5[3] = {0, 1, 2};
+        fails += t_split_remove(ix, ref, 1, paths[0], 6, at1, 1, 0);
+        fails += t_split_store(ix, ref, 4, paths[2], 4, 0); /* p0 p1 p2 a1 */
+        fails += t_split_store(ix, ref, 5, paths[2], 5, 0); /* a1 o1 only: leaves the run */
+        fails += t_split_remove(ix, ref, 5, paths[2], 5, at5, 3, 0);
+        fails += t_split_store(ix, ref, 6, paths[0], 2, 0); /* p0 p1: stays, untouched */
+      }
+      r = t_split_run_of(ix, 1, paths[0], 6, 0);
+      fails += t_split_same(ix, ref, paths, 3);
+      ac.fail_at = ac.calls + n;
+      t_split_blocks(b, paths[1], 5, 0);
+      rc = kvidx_store(ix, 2, 0, NULL, b, 5);
+      ac.fail_at = -1;
+      TD(rc == KVIDX_OK || rc == KVIDX_ENOMEM);
+      if (rc == KVIDX_OK) {
+        rr = kvidx_store(ref, 2, 0, NULL, b, 5);
+        TD(rr == KVIDX_OK);
+        TD(t_split_len(ix, r) == 5 && t_split_run_of(ix, 2, paths[1], 5, 0) == r);
+        t = t_split_run_of(ix, 5, paths[2], 5, 0);
+        TD(t != r && t == kvidx__child_find(ix, r, 2, 31) && t_split_run_of(ix, 1, paths[0], 6, 0) == t);
+      }
+      fails += t_split_same(ix, ref, paths, 3);
+      { /* everyone lets go of what moved, then of the rest */
+        static const uint32_t at1[2] = {4, 5}, at4[1] = {3}, at5[2] = {3, 4};
+        fails += t_split_remove(ix, ref, 1, paths[0], 6, at1, 2, 0);
+        fails += t_split_remove(ix, ref, 5, paths[2], 5, at5, 2, 0);
+        fails += t_split_same(ix, ref, paths, 3);
+        fails += t_split_remove(ix, ref, 4, paths[2], 4, at4, 1, 0);
+        fails += t_split_same(ix, ref, paths, 3);
+      }
+      kvidx_destroy(ix);
+      kvidx_destroy(ref);
+      TD(ac.live == 0);
+      if (rc == KVIDX_OK || n > 200) break;
+    }
+  }
+  return fails;
+}

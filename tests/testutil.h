@@ -67,6 +67,7 @@ int t_seq_shrink(void);        /* seq tables shrink with holdings (test_impl.c):
 int t_detached(void);          /* holes do not pin their ancestors (test_impl.c): failed checks */
 int t_failed_store_shrinks(void); /* a failed store gives grown runs their length back (test_impl.c) */
 int t_hint_kept(void);          /* the walk's hint survives a branch let go of (test_impl.c) */
+int t_run_split(void);          /* a run's tail moves out, a store goes on in place (test_impl.c) */
 int t_seq_tags(void);           /* seq-table entries' hash tags, both regimes (test_impl.c) */
 int t_ctrl_collisions(void);    /* seq tables' control bytes under crafted collisions (test_impl.c) */
 int t_ctrl_drain_stop(void);    /* a growth's sweep leaves no entry past a swept home (test_impl.c) */
