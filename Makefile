@@ -107,7 +107,8 @@ test-core-clang: $(BUILD)/test_core_clang
 test-core-clang-asan: $(BUILD)/test_core_clang_asan
 	$(BUILD)/test_core_clang_asan $(VECTORS)
 
-# Compile checks: C11 / C++ / two TUs / KVIDX_STATIC / KVIDX_NO_MALLOC (nm) / KVIDX_NO_SIMD.
+# Compile checks: C11 / C++ / two TUs / KVIDX_STATIC / KVIDX_NO_MALLOC (nm) / KVIDX_NO_SIMD /
+# KVIDX_NO_RUN_SPLIT.
 test-compile: | deps
 	@mkdir -p $(BUILD)/compile
 	$(CC)  -std=c11 $(WARN) -I. -c tests/compile_impl.c -o $(BUILD)/compile/impl_c.o
@@ -115,6 +116,7 @@ test-compile: | deps
 	$(CC)  -std=c11 $(WARN) -I. -o $(BUILD)/compile/two_tu tests/compile_impl.c tests/compile_user.c $(PTHREAD) && $(BUILD)/compile/two_tu
 	$(CC)  -std=c11 $(WARN) -I. -DKVIDX_STATIC -c tests/compile_impl.c -o $(BUILD)/compile/static.o
 	$(CC)  -std=c11 $(WARN) -I. -DKVIDX_NO_SIMD -c tests/compile_impl.c -o $(BUILD)/compile/nosimd.o
+	$(CC)  -std=c11 $(WARN) -I. -DKVIDX_NO_RUN_SPLIT -c tests/compile_impl.c -o $(BUILD)/compile/nosplit.o
 	$(CC)  -std=c11 $(WARN) -I. -DKVIDX_NO_MALLOC -DKVIDX_NO_THREADS -c tests/compile_impl.c -o $(BUILD)/compile/nomalloc.o
 	@if nm $(BUILD)/compile/nomalloc.o | grep -E ' U (malloc|calloc|realloc|free|pthread_[a-z_]*)$$'; then \
 	  echo "KVIDX_NO_MALLOC build references an allocator or pthread symbol"; exit 1; fi

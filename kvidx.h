@@ -49,6 +49,13 @@
  *                         bytes on every target: 16 compared with SSE2
  *                         (x86) or NEON (AArch64) under GCC or Clang, else
  *                         as two 64-bit words.
+ *   KVIDX_NO_RUN_SPLIT    leave out kvidx__run_split, which moves a run's
+ *                         rest out when a store leaves the run before its
+ *                         end (STORAGE): same answers, a conversation's
+ *                         turns then each a run below the last (slower
+ *                         deep queries); 4 KB less code.  Caller-buffer
+ *                         mode never moves a run's rest, so firmware
+ *                         defines it.
  *   KVIDX_TEST_GROUP_WORDS test-only: control bytes compared as 64-bit
  *                         words even where SSE2 or NEON is there.
  *   KVIDX_WORKERS_MAX     hard upper bound of cfg.max_workers (default 4096, at
@@ -143,6 +150,27 @@
  *   (decode steps store one block at a time: they grow one run; a stretch
  *   of new blocks goes in with one write) and starting a new run where the
  *   path leaves the existing ones.
+ *
+ *   Unless it can move the rest out instead: a store that leaves run R
+ *   after its block k - 1 makes R's blocks k.. a run T hung below
+ *   (R, k - 1), with their holders, cutoffs and seq entries, and goes on in
+ *   R, in place (kvidx__run_split):
+ *
+ *     before:  R [a b c x o]            store a b c d e: leaves R after c
+ *     after:   R [a b c d e]            R grows in place
+ *                    \ (offset 2, local x) T [x o]    R's old rest
+ *
+ *   Conversations are why: a turn's prompt is the last turn's up to where
+ *   that one's partial block and output began, so without it each turn is
+ *   a run hung below the last and a query for a long conversation reads a
+ *   run per turn, one dependent load after another; with it the
+ *   conversation is one run of up to 64 blocks, its old turns' rests
+ *   hanging off it.  The rest's seq entries are found by folding its
+ *   locals onto the store's own seq for block k - 1, so it moves only
+ *   where its holders hash as the storing worker does (Dynamo's hashing,
+ *   kvidx_seq_hashes), and only if no child hangs at k or later, it has
+ *   at most 8 holders and 16 seq entries, and outside caller-buffer mode,
+ *   tiers and eviction; else the store starts a run as above.
  *
  *   Run header (32 bytes, two to a cache line, type-stable array, 32-bit ids):
  *     +-----+--------+--------------------------------+-------+--------+---------+------+------+
@@ -293,6 +321,10 @@
  *          the writer's one-word-key maps keep a control byte per place
  *          and delete without moving entries; 16 are compared at once
  *          with SSE2, NEON, or as two 64-bit words.
+ *          A store that leaves a run before its end moves the run's rest
+ *          out and goes on in the run (where the rest's holders hash as
+ *          Dynamo does), so a conversation stays one run
+ *          (KVIDX_NO_RUN_SPLIT leaves it out).
  *          Queries follow a hint from each run to the run continuing it
  *          (checked, then prefetched along the chain) and place answers
  *          by each worker slot's hint of its order (no sort in fleets of
@@ -3608,6 +3640,7 @@ KVIDX__PRIV void kvidx__run_shorten(kvidx *ix, uint32_t r, uint32_t len) {
   ix->entries -= now - len;
 }
 
+#ifndef KVIDX_NO_RUN_SPLIT
 /* ---- a run's tail moves out ------------------------------------------------
  * A store that leaves run r after its block k - 1 (its next block is not
  * r's block k) would start a run of its own there.  Instead, when it can,
@@ -3800,6 +3833,7 @@ KVIDX__PRIV int kvidx__run_split(kvidx *ix, uint32_t r, uint32_t k, uint64_t seq
   }
   return 1;
 }
+#endif
 
 KVIDX__PRIV void kvidx__cursor_at(const kvidx *ix, kvidx__cursor *c, uint32_t r, uint32_t off) {
   c->r = r;
@@ -3849,11 +3883,15 @@ KVIDX__PRIV int kvidx__advance(kvidx *ix, kvidx__cursor *c, uint64_t local, size
     return KVIDX_OK;
   }
   if (ix->entries >= ix->max_entries) return KVIDX_EFULL;
+#ifndef KVIDX_NO_RUN_SPLIT
   if (c->r != KVIDX__NONE && c->off + 1 < c->len && kvidx__run_split(ix, c->r, c->off + 1, seq_before, hc)) {
     /* the run ends here now, and nothing hangs past here: its end grows */
     c->len = c->off + 1;
     c->kids = 0;
   }
+#else
+  (void)seq_before, (void)hc;
+#endif
   if (c->r != KVIDX__NONE && c->off + 1 == c->len && c->len < KVIDX__RUN_MAX) {
     /* the run's end: grow it in place (holders' cutoffs stay as they are) */
     if (!c->made && !c->logged) {
@@ -4606,18 +4644,20 @@ KVIDX__PRIV void kvidx__walk(const kvidx *cix, kvidx__rctx *rc, const uint64_t *
        * minima 0.90x, W16 C2048's 0.94x). */
       nhits = 0;
       if (nw == 1 && !dev) {
-        uint64_t in = first ? ~KVIDX__CAST(uint64_t, 0) : act[0], sn = 0, nx = 0;
+        uint64_t in = first ? ~KVIDX__CAST(uint64_t, 0) : act[0], sn = 0, stop = 0;
         for (j = 0; j < nh; j++) {
           uint64_t e = kvidx__ld(&hp[j * hw]), bit;
           uint32_t s = KVIDX__CAST(uint32_t, e & 0xFFFFFFFFu), cut = KVIDX__HOLDER_CUT(e);
           if (cut > KVIDX__RUN_MAX) break; /* torn: retry */
           bit = (s < 64 ? KVIDX__CAST(uint64_t, 1) << s : 0) & in; /* s >= 64: as below */
           sn |= bit;
-          if (cut >= m) nx |= bit;
-          else if (bit) hits[nhits++] = KVIDX__HIT(s, cut, 0u);
+          if (cut < m && bit) { /* (a slot is listed once: the rest of sn goes on) */
+            stop |= bit;
+            hits[nhits++] = KVIDX__HIT(s, cut, 0u);
+          }
         }
         seen[0] = sn;
-        next[0] = nx;
+        next[0] = sn & ~stop;
       } else {
         kvidx__set_zero(seen, nw);
         kvidx__set_zero(next, nw);

@@ -15,7 +15,8 @@
  * Arm semihosting instead of stdio (no stdio symbol is linked there), and its
  * output must equal the host build's line for line.  There it also defines
  * KVIDX_NO_SIMD: a caller buffer never uses the control bytes, whose code
- * would otherwise be linked for heap mode.
+ * would otherwise be linked for heap mode; and KVIDX_NO_RUN_SPLIT: nor does
+ * it move a run's rest out.
  */
 #define KVIDX_IMPLEMENTATION
 #include "kvidx.h"
