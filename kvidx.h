@@ -3662,9 +3662,8 @@ KVIDX__PRIV void kvidx__run_shorten(kvidx *ix, uint32_t r, uint32_t len) {
  * (whose size bound counts the runs a store makes), not when a child hangs
  * at k or later (kid_hi: those would have to move too), nor past
  * KVIDX__SPLIT_HOLDERS holders or KVIDX__SPLIT_SEQS seq entries to update.
- * Semantics do not change: the same workers hold the same chains.  A tail
- * nobody holds (and nothing hangs below) is dropped instead.  1 if done;
- * 0 with nothing changed. */
+ * Semantics do not change: the same workers hold the same chains, and the
+ * index's entries stay as many.  1 if done; 0 with nothing changed. */
 #define KVIDX__SPLIT_HOLDERS 8u /* holders of the tail */
 #define KVIDX__SPLIT_SEQS 16u
 KVIDX__PRIV int kvidx__run_split(kvidx *ix, uint32_t r, uint32_t k, uint64_t seq_before, kvidx__hcache *hc) {
@@ -3683,6 +3682,7 @@ KVIDX__PRIV int kvidx__run_split(kvidx *ix, uint32_t r, uint32_t k, uint64_t seq
     uint32_t top = KVIDX__HOLDER_TOP(kvidx__ld(kvidx__holder(ix, rn, j)));
     if (top > k && (++moving > KVIDX__SPLIT_HOLDERS || (nseq += top - k) > KVIDX__SPLIT_SEQS)) return 0;
   }
+  if (!moving) return 0; /* nobody holds the rest: nothing to move it for */
   /* the lines this will most likely read, asked for at once: the tail
    * holders' holdings and their seq entries for block k, the child map's
    * place for the tail, the free chunks and run record it would take
@@ -3720,15 +3720,10 @@ KVIDX__PRIV int kvidx__run_split(kvidx *ix, uint32_t r, uint32_t k, uint64_t seq
     any |= high[moving];
     kept += low[moving++] != 0;
   }
-  if (!kept) return 0; /* (the store's own worker holds block k - 1: not met) */
-  if (!moving) { /* nobody holds the tail (and nothing hangs below it): it goes */
-    if (ix->chain_hint_run == r && ix->chain_hint_off >= k) ix->chain_hint_run = KVIDX__NONE;
-    kvidx__run_wbegin(rn);
-    kvidx__st(&rn->shape, KVIDX__SHAPE(k, KVIDX__POFF(shape), KVIDX__LCLS(shape), KVIDX__HCLS(shape)));
-    kvidx__run_wend(rn);
-    ix->entries -= tail;
-    return 1;
-  }
+  /* (kept: the store's own worker holds block k - 1, so always; and a
+   * rest nobody holds stays: cutting it would change the index's entries,
+   * which a store that fails later must leave as they were) */
+  if (!kept || !moving) return 0;
   for (j = 1; j <= kvidx__log2(any); j++) chain[j] = kvidx_seq_hash_next(chain[j - 1], kvidx__local_at(ix, rn, k + j));
   for (j = 0, nseq = 0; j < moving; j++) { /* each tail block's seq entry */
     uint64_t bits = high[j];

@@ -1404,6 +1404,28 @@ int t_run_split(void) {
       TD(ac.live == 0);
       if (rc == KVIDX_OK || n > 200) break;
     }
+    { /* a rest nobody holds stays (fuzz/BUGS.md, bug 9): a store refused
+         after leaving the run (no room for its second new position)
+         leaves the index's entries as they were */
+      static const uint32_t rest[3] = {3, 4, 5};
+      kvidx_stats st, st2;
+      kvidx_block b[8];
+      size_t cap;
+      if (t_with_ref(kinds[k], &ix, &ref)) return fails + 1;
+      fails += t_split_store(ix, ref, 1, paths[0], 6, 0);
+      fails += t_split_remove(ix, ref, 1, paths[0], 6, rest, 3, 0);
+      kvidx_get_stats(ix, &st);
+      cap = ix->max_entries;
+      ix->max_entries = st.entries + 1;
+      t_split_blocks(b, paths[1], 5, 0);
+      TD(kvidx_store(ix, 2, 0, NULL, b, 5) == KVIDX_EFULL);
+      ix->max_entries = cap;
+      kvidx_get_stats(ix, &st2);
+      TD(st2.entries == st.entries && st2.blocks == st.blocks && st2.workers == st.workers);
+      fails += t_split_same(ix, ref, paths, 3);
+      kvidx_destroy(ix);
+      kvidx_destroy(ref);
+    }
   }
   return fails;
 }
