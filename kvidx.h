@@ -3414,6 +3414,13 @@ KVIDX__PRIV void kvidx__lock(kvidx *ix) {
       KVIDX__PAUSE();
       if ((++spins & 127) == 0) KVIDX__YIELD();
     }
+  /* Every write this holder makes outside a seqlock section (a run's
+   * blocks written past its length, a chunk reused) comes after the last
+   * holder's version changes for a reader that reads it: a reader's
+   * acquire fence synchronizes with this one, so it then sees those
+   * versions and retries (a free fence on x86; C11 orders nothing through
+   * the lock alone between the two holders' writes). */
+  kvidx__fence_rel();
 #endif
 }
 KVIDX__PRIV void kvidx__unlock(kvidx *ix) {
@@ -3666,7 +3673,8 @@ KVIDX__PRIV void kvidx__run_shorten(kvidx *ix, uint32_t r, uint32_t len) {
  * index's entries stay as many.  1 if done; 0 with nothing changed. */
 #define KVIDX__SPLIT_HOLDERS 8u /* holders of the tail */
 #define KVIDX__SPLIT_SEQS 16u
-KVIDX__PRIV int kvidx__run_split(kvidx *ix, uint32_t r, uint32_t k, uint64_t seq_before, kvidx__hcache *hc) {
+KVIDX__PRIV int kvidx__run_split(kvidx *ix, uint32_t r, uint32_t k, uint64_t seq_before, size_t left,
+                                  kvidx__hcache *hc) {
   kvidx__run *rn = kvidx__run_at(ix, r), *tn;
   uint32_t shape = kvidx__ld(&rn->shape), len = KVIDX__LEN(shape), nh = KVIDX__NHOLD(kvidx__ld(&rn->nhold));
   uint32_t tail = len - k, j, kept = 0, moving = 0, nseq = 0, t, li, hi, count, moved_slot[KVIDX__SPLIT_HOLDERS];
@@ -3737,8 +3745,11 @@ KVIDX__PRIV int kvidx__run_split(kvidx *ix, uint32_t r, uint32_t k, uint64_t seq
       seq_off[nseq++] = KVIDX__CAST(unsigned char, o);
     }
   }
-  /* room, before anything changes */
-  if (kvidx__map_reserve(ix, &ix->holds, moving) != KVIDX_OK || kvidx__map_reserve(ix, &ix->children, 1) != KVIDX_OK ||
+  /* room, before anything changes: the rest's holdings and one for each
+   * of the store's `left` blocks (its own reservation counted those, not
+   * these) */
+  if (kvidx__map_reserve(ix, &ix->holds, moving + KVIDX__CAST(uint64_t, left)) != KVIDX_OK ||
+      kvidx__map_reserve(ix, &ix->children, 1) != KVIDX_OK ||
       kvidx__grow_reserve(ix, &ix->runs, KVIDX__CAST(uint64_t, ix->runs_hw) + 1) != KVIDX_OK ||
       kvidx__grow_reserve(ix, &ix->chains, KVIDX__CAST(uint64_t, ix->runs_hw) + 1) != KVIDX_OK ||
       kvidx__grow_reserve(ix, &ix->kid_hi, KVIDX__CAST(uint64_t, ix->runs_hw) + 1) != KVIDX_OK)
@@ -3810,11 +3821,8 @@ KVIDX__PRIV int kvidx__run_split(kvidx *ix, uint32_t r, uint32_t k, uint64_t seq
     }
   kvidx__st(&rn->nhold, (kvidx__ld(&rn->nhold) & 0xFFFF0000u) | count);
   kvidx__st(&rn->shape, KVIDX__SHAPE(k, KVIDX__POFF(shape), KVIDX__LCLS(shape), KVIDX__HCLS(shape)));
-  kvidx__run_wend(rn);
-  /* the store now writes r's blocks from k on, which a reader that took
-   * r's old length may still read: those writes are ordered after the
-   * version change that makes such a reader retry */
-  kvidx__fence_rel();
+  kvidx__run_wend(rn); /* the store now writes r's blocks from k on, which a reader that took r's old
+                          length may read: wbegin's release fence put them after the version change */
   for (j = 0; j < moving; j++) /* their holdings of r (entries move only on deletion: last) */
     if (low[j]) kvidx__st(&kvidx__map_at(&ix->holds, kvidx__hold_find(ix, slot[j], r))[KVIDX__H_HELD], low[j]);
   for (j = 0; j < nmoved; j++)
@@ -3879,7 +3887,7 @@ KVIDX__PRIV int kvidx__advance(kvidx *ix, kvidx__cursor *c, uint64_t local, size
   }
   if (ix->entries >= ix->max_entries) return KVIDX_EFULL;
 #ifndef KVIDX_NO_RUN_SPLIT
-  if (c->r != KVIDX__NONE && c->off + 1 < c->len && kvidx__run_split(ix, c->r, c->off + 1, seq_before, hc)) {
+  if (c->r != KVIDX__NONE && c->off + 1 < c->len && kvidx__run_split(ix, c->r, c->off + 1, seq_before, hint, hc)) {
     /* the run ends here now, and nothing hangs past here: its end grows */
     c->len = c->off + 1;
     c->kids = 0;

@@ -1426,6 +1426,39 @@ int t_run_split(void) {
       kvidx_destroy(ix);
       kvidx_destroy(ref);
     }
+    { /* the store's own holdings after a move: room for them too (a review
+         found the holdings map past 3/4 full: the move's 8 holdings of the
+         rest and then the store's next run's one, against a reservation
+         that counted neither).  Workers 1-8 hold p0 t1 t2, worker 100 p0;
+         then 100 stores x y1 z1 below p0: x leaves p0's run (8 holdings
+         move), y1 is its own held root block, z1 a run of worker 300's. */
+      static const uint64_t pt[3] = {11, 51, 52}, y[2] = {61, 62}, yo[2] = {61, 63};
+      uint64_t l3[3] = {53, 61, 62}, parent;
+      kvidx_block b[3];
+      int j, w;
+      if (t_with_ref(kinds[k], &ix, &ref)) return fails + 1;
+      for (w = 1; w <= 8; w++) fails += t_split_store(ix, ref, (uint64_t)w, pt, 3, 0);
+      fails += t_split_store(ix, ref, 100, pt, 1, 0);
+      fails += t_split_store(ix, ref, 100, y, 1, 0);
+      fails += t_split_store(ix, ref, 200, yo, 2, 7000); /* opaque: no move below y1 */
+      fails += t_split_store(ix, ref, 300, y, 2, 0);
+      for (j = 0; j < 3; j++) {
+        uint64_t f = 90 + (uint64_t)j;
+        fails += t_split_store(ix, ref, 400 + (uint64_t)j, &f, 1, 0);
+      }
+      parent = 11;
+      b[0].local = l3[0], b[0].seq = kvidx_seq_hash_next(11, l3[0]);
+      b[1].local = l3[1], b[1].seq = 61;
+      b[2].local = l3[2], b[2].seq = kvidx_seq_hash_next(61, l3[2]);
+      TD(kvidx_store(ix, 100, 0, &parent, b, 3) == KVIDX_OK && kvidx_store(ref, 100, 0, &parent, b, 3) == KVIDX_OK);
+      TD(kvidx__check(ix) == 0);
+      {
+        static const uint64_t q[3][8] = {{11, 51, 52, 0, 0, 0, 0, 0}, {11, 53, 0, 0, 0, 0, 0, 0}, {61, 62, 0, 0, 0, 0, 0, 0}};
+        fails += t_split_same(ix, ref, q, 3);
+      }
+      kvidx_destroy(ix);
+      kvidx_destroy(ref);
+    }
   }
   return fails;
 }
