@@ -4499,6 +4499,22 @@ KVIDX__PRIV void kvidx__stopped_hits(const kvidx *ix, kvidx__sink *k, kvidx__sto
                                      uint32_t nhits, uint32_t m, uint32_t nw, size_t p, const uint32_t *dev) {
   uint64_t set[KVIDX__NW_MAX];
   uint32_t j, lo = 0, cut;
+  if (nw == 1) { /* slots < 64: a set per cutoff (< m <= 64), then the cutoffs in order */
+    uint64_t by_cut[KVIDX__RUN_MAX], present = 0;
+    for (j = 0; j < nhits; j++) {
+      uint64_t bit;
+      if ((cut = (hits[j] >> 16) & 0xFFu) >= m) continue; /* goes on past the run (listed for its device count) */
+      bit = KVIDX__CAST(uint64_t, 1) << cut;
+      if (!(present & bit)) by_cut[cut] = 0;
+      present |= bit;
+      by_cut[cut] |= KVIDX__CAST(uint64_t, 1) << (hits[j] & 63);
+    }
+    for (; present; present &= present - 1) {
+      cut = kvidx__ctz64(present);
+      kvidx__stopped_add(ix, k, st, &by_cut[cut], 1, p + cut, dev);
+    }
+    return;
+  }
   for (;;) {
     uint32_t c = m; /* the least cutoff >= lo */
     for (j = 0; j < nhits; j++)
