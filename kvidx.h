@@ -2217,10 +2217,11 @@ KVIDX__PRIV kvidx__mtab *kvidx__mtab_new(kvidx *ix, const kvidx__map *m, uint64_
  * There the shared maps never grow: kvidx_init_buffer makes them at their
  * largest.  A reservation asks for no more than the map's bound (m->most):
  * a store of n blocks reserves n, most of which are rarely new. */
-KVIDX__PRIV int kvidx__map_reserve_slow(kvidx *ix, kvidx__map *m, uint64_t extra) {
+KVIDX__PRIV int kvidx__map_reserve_slow(kvidx *ix, kvidx__map *m, uint64_t extra, uint64_t over) {
   kvidx__mtab *t = kvidx__ld(&m->tab), *nt;
   uint64_t need = m->n + extra, slots = t ? t->mask + 1 : 0, ns, step = kvidx__drain_step(m, extra);
   if (m->most && need > m->most) need = m->most; /* a store asks for n; far fewer can be new */
+  need += over;
   if (kvidx__ld(&m->old)) kvidx__map_drain(ix, m, step);
   if (m->next && kvidx__map_zero(m, step * 32 * m->ew) && !kvidx__ld(&m->old)) {
     kvidx__map_switch(ix, m, m->next, step);
@@ -2268,7 +2269,21 @@ KVIDX__HOT int kvidx__map_reserve(kvidx *ix, kvidx__map *m, uint64_t extra) {
   if (t && !m->next && !kvidx__ld(&m->old) && extra <= KVIDX__ID_LIMIT &&
       (m->n + extra + t->tombs) * 16 <= (t->mask + 1) * 11)
     return KVIDX_OK;
-  return kvidx__map_reserve_slow(ix, m, extra);
+  return kvidx__map_reserve_slow(ix, m, extra, 0);
+}
+
+/* The same, with room for `over` more places past the map's bound
+ * (m->most): deletions to come before the inserts, whose places stay
+ * deleted (control bytes) while the bound caps only the entries.  With
+ * eviction a store's prune deletes holdings after its reservation; a
+ * move of a run's rest deletes the holdings of the rest's holders that
+ * leave the run. */
+KVIDX__PRIV int kvidx__map_reserve_over(kvidx *ix, kvidx__map *m, uint64_t extra, uint64_t over) {
+  kvidx__mtab *t = kvidx__ld(&m->tab);
+  if (t && !m->next && !kvidx__ld(&m->old) && extra <= KVIDX__ID_LIMIT && over <= KVIDX__ID_LIMIT &&
+      (m->n + extra + over + t->tombs) * 16 <= (t->mask + 1) * 11)
+    return KVIDX_OK;
+  return kvidx__map_reserve_slow(ix, m, extra, over);
 }
 
 /* Writer, after deletions from a map no reader probes (a worker's seq
@@ -2887,11 +2902,13 @@ KVIDX__PRIV uint32_t kvidx__child_find(const kvidx *ix, uint32_t r, uint32_t off
 }
 
 /* Room for a store of n blocks in the shared structures (nothing can fail
- * later except a holder list growing). */
-KVIDX__PRIV int kvidx__shared_reserve(kvidx *ix, size_t n) {
+ * later except a holder list growing); pruned: at most how many blocks
+ * the store's prune lets go of first (their holdings' places may stay
+ * deleted: kvidx__map_reserve_over). */
+KVIDX__PRIV int kvidx__shared_reserve(kvidx *ix, size_t n, size_t pruned) {
   int rc;
   if ((rc = kvidx__map_reserve(ix, &ix->children, n)) != KVIDX_OK ||
-      (rc = kvidx__map_reserve(ix, &ix->holds, n)) != KVIDX_OK ||
+      (rc = kvidx__map_reserve_over(ix, &ix->holds, n, pruned)) != KVIDX_OK ||
       (rc = kvidx__map_reserve(ix, &ix->multi, n)) != KVIDX_OK ||
       (rc = kvidx__grow_reserve(ix, &ix->runs, KVIDX__CAST(uint64_t, ix->runs_hw) + n + 1)) != KVIDX_OK ||
       (rc = kvidx__grow_reserve(ix, &ix->chains, KVIDX__CAST(uint64_t, ix->runs_hw) + n + 1)) != KVIDX_OK ||
@@ -3682,7 +3699,7 @@ KVIDX__PRIV int kvidx__run_split(kvidx *ix, uint32_t r, uint32_t k, uint64_t seq
   uint32_t moved_to[KVIDX__SPLIT_HOLDERS];
   unsigned char seq_off[KVIDX__SPLIT_SEQS], lc, hcl;
   uint64_t low[KVIDX__SPLIT_HOLDERS], high[KVIDX__SPLIT_HOLDERS], chain[KVIDX__RUN_MAX], e[5], any = 0;
-  if (ix->tiers_on || ix->evict || ix->buffer_mode || k == 0 || k >= len || *kvidx__kid_hi(ix, r) > k) return 0;
+  if (ix->tiers_on || ix->buffer_mode || k == 0 || k >= len || *kvidx__kid_hi(ix, r) > k) return 0;
   kvidx__hcache_flush(ix, hc); /* every holder entry current (and holdings may move below) */
   /* from the holder list alone: the tail's holders, and at most how many
    * seq entries they have there (their tops) */
@@ -3747,8 +3764,8 @@ KVIDX__PRIV int kvidx__run_split(kvidx *ix, uint32_t r, uint32_t k, uint64_t seq
   }
   /* room, before anything changes: the rest's holdings and one for each
    * of the store's `left` blocks (its own reservation counted those, not
-   * these) */
-  if (kvidx__map_reserve(ix, &ix->holds, moving + KVIDX__CAST(uint64_t, left)) != KVIDX_OK ||
+   * these), and the places of the holdings that leave r may stay deleted */
+  if (kvidx__map_reserve_over(ix, &ix->holds, moving + KVIDX__CAST(uint64_t, left), moving) != KVIDX_OK ||
       kvidx__map_reserve(ix, &ix->children, 1) != KVIDX_OK ||
       kvidx__grow_reserve(ix, &ix->runs, KVIDX__CAST(uint64_t, ix->runs_hw) + 1) != KVIDX_OK ||
       kvidx__grow_reserve(ix, &ix->chains, KVIDX__CAST(uint64_t, ix->runs_hw) + 1) != KVIDX_OK ||
@@ -4045,7 +4062,9 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
     if (ix->entries + n > ix->max_entries) return KVIDX_EFULL; /* worst case; pruning only frees */
   }
   /* reserve first: after this only a holder list growing can run out */
-  if ((rc = kvidx__shared_reserve(ix, n)) != KVIDX_OK ||
+  if ((rc = kvidx__shared_reserve(ix, n, ix->evict && ix->blocks > lim
+                                              ? ix->blocks - (ix->evict_target < lim ? ix->evict_target : lim)
+                                              : 0)) != KVIDX_OK ||
       (s == KVIDX__NONE && (rc = kvidx__map_reserve(ix, &ix->slot_map, 1)) != KVIDX_OK) ||
       (s != KVIDX__NONE && (rc = kvidx__map_reserve(ix, &ix->slots[s].seqs, n)) != KVIDX_OK) ||
       (rc = kvidx__heap_reserve(ix, n)) != KVIDX_OK)

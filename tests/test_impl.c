@@ -1306,7 +1306,7 @@ static int t_split_same(const kvidx *ix, const kvidx *ref, const uint64_t (*path
   return fails;
 }
 static uint32_t t_split_run_of(kvidx *ix, uint64_t w, const uint64_t *l, size_t n, uint64_t opaque) {
-  kvidx_block b[16];
+  kvidx_block b[64];
   uint32_t s = kvidx__slot_of(ix, w, 0), at;
   t_split_blocks(b, l, n, opaque);
   if (s == KVIDX__NONE || (at = kvidx__map_find(ix, &ix->slots[s].seqs, &b[n - 1].seq)) == KVIDX__NONE)
@@ -1348,11 +1348,12 @@ int t_run_split(void) {
       kvidx_destroy(ref);
     }
     /* holes and a holder of the tail only; then turn 2 fails at each
-     * allocation in turn (the move done or not), then succeeds */
+     * allocation in turn (the move done or not; with a move refused for
+     * want of memory the store may go through unmoved), then succeeds */
     for (n = 0;; n++) {
       kvidx_config cfg;
       t_alloc_ctx ac;
-      int rc, rr;
+      int rc, refused;
       kvidx_block b[8];
       memset(&cfg, 0, sizeof cfg);
       memset(&ac, 0, sizeof ac);
@@ -1381,11 +1382,11 @@ int t_run_split(void) {
       ac.fail_at = ac.calls + n;
       t_split_blocks(b, paths[1], 5, 0);
       rc = kvidx_store(ix, 2, 0, NULL, b, 5);
+      refused = ac.calls > ac.fail_at; /* an allocation said no (the store may still go through, unmoved) */
       ac.fail_at = -1;
       TD(rc == KVIDX_OK || rc == KVIDX_ENOMEM);
-      if (rc == KVIDX_OK) {
-        rr = kvidx_store(ref, 2, 0, NULL, b, 5);
-        TD(rr == KVIDX_OK);
+      if (rc == KVIDX_OK) TD(kvidx_store(ref, 2, 0, NULL, b, 5) == KVIDX_OK);
+      if (rc == KVIDX_OK && !refused) {
         TD(t_split_len(ix, r) == 5 && t_split_run_of(ix, 2, paths[1], 5, 0) == r);
         t = t_split_run_of(ix, 5, paths[2], 5, 0);
         TD(t != r && t == kvidx__child_find(ix, r, 2, 31) && t_split_run_of(ix, 1, paths[0], 6, 0) == t);
@@ -1402,7 +1403,7 @@ int t_run_split(void) {
       kvidx_destroy(ix);
       kvidx_destroy(ref);
       TD(ac.live == 0);
-      if (rc == KVIDX_OK || n > 200) break;
+      if ((rc == KVIDX_OK && !refused) || n > 200) break;
     }
     { /* a rest nobody holds stays (fuzz/BUGS.md, bug 9): a store refused
          after leaving the run (no room for its second new position)
@@ -1458,6 +1459,49 @@ int t_run_split(void) {
       }
       kvidx_destroy(ix);
       kvidx_destroy(ref);
+    }
+    { /* with eviction (seq entries of four words, an eviction heap keyed by
+         seq): a conversation of 40 turns served by three workers in turn,
+         each turn leaving the last one's run before its partial block and
+         output, under max_blocks 48 (stores past it prune) and
+         without a bound; LRS and expiry */
+      static const int policies[2] = {KVIDX_EVICT_LRS, KVIDX_EVICT_EXPIRY};
+      int pol, bound, moved = 0;
+      for (pol = 0; pol < 2; pol++)
+        for (bound = 0; bound < 2; bound++) {
+          kvidx_config cfg;
+          uint64_t l[48];
+          uint32_t turn, i;
+          memset(&cfg, 0, sizeof cfg);
+          cfg.evict = policies[pol];
+          cfg.max_blocks = bound ? 48 : 4096;
+          cfg.kind = KVIDX_REFERENCE;
+          if (kvidx_create(&ref, &cfg) != KVIDX_OK) return fails + 1;
+          cfg.kind = kinds[k];
+          if (kvidx_create(&ix, &cfg) != KVIDX_OK) {
+            kvidx_destroy(ref);
+            return fails + 1;
+          }
+          for (turn = 1; turn <= 40; turn++) {
+            kvidx_block b[48];
+            uint32_t n = turn + 2;
+            for (i = 0; i < turn; i++) l[i] = 100 + i; /* the turns so far */
+            l[turn] = 5000 + turn, l[turn + 1] = 6000 + turn; /* a partial block, an output block */
+            t_split_blocks(b, l, n, 0);
+            if (pol) { /* (expiry mode's stores carry an expiry) */
+              TD(kvidx_store_ttl(ix, turn % 3, 0, NULL, b, n, turn + 100u) == KVIDX_OK);
+              TD(kvidx_store_ttl(ref, turn % 3, 0, NULL, b, n, turn + 100u) == KVIDX_OK);
+            } else {
+              TD(kvidx_store(ix, turn % 3, 0, NULL, b, n) == KVIDX_OK && kvidx_store(ref, turn % 3, 0, NULL, b, n) == KVIDX_OK);
+            }
+            moved += !bound && t_split_run_of(ix, turn % 3, l, turn, 0) == t_split_run_of(ix, turn % 3, l, 1, 0);
+            for (i = 1; i <= n; i += 3) fails += t_same_answers(ix, ref, l, i);
+            TD(kvidx__check(ix) == 0);
+          }
+          kvidx_destroy(ix);
+          kvidx_destroy(ref);
+        }
+      TD(moved == 80); /* each turn's blocks one run (both policies): moves under eviction */
     }
   }
   return fails;
