@@ -169,8 +169,8 @@
  *   locals onto the store's own seq for block k - 1, so it moves only
  *   where its holders hash as the storing worker does (Dynamo's hashing,
  *   kvidx_seq_hashes), and only if no child hangs at k or later, it has
- *   at most 8 holders and 16 seq entries, and outside caller-buffer mode,
- *   tiers and eviction; else the store starts a run as above.
+ *   at most 8 holders and 16 seq entries, and outside caller-buffer mode
+ *   and tiers; else the store starts a run as above.
  *
  *   Run header (32 bytes, two to a cache line, type-stable array, 32-bit ids):
  *     +-----+--------+--------------------------------+-------+--------+---------+------+------+
@@ -3682,8 +3682,8 @@ KVIDX__PRIV void kvidx__run_shorten(kvidx *ix, uint32_t r, uint32_t len) {
  * block it should (a block held under one seq has one entry): so a split
  * happens where the tail's holders hash as the store's worker does
  * (Dynamo's hashing); a holder with other engine hashes, or two seqs for a
- * tail block, keeps the run as it is.  Not with tiers, eviction or in caller-buffer mode
- * (whose size bound counts the runs a store makes), not when a child hangs
+ * tail block, keeps the run as it is.  Not with tiers (device bits) or
+ * in caller-buffer mode (whose size bound counts the chunks a store makes), not when a child hangs
  * at k or later (kid_hi: those would have to move too), nor past
  * KVIDX__SPLIT_HOLDERS holders or KVIDX__SPLIT_SEQS seq entries to update.
  * Semantics do not change: the same workers hold the same chains, and the
