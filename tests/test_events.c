@@ -5,6 +5,7 @@
 #include <xxhash.h>
 #include "testutil.h"
 
+static int t_no_tiers; /* mk without KVIDX_F_TIERS (the apply differential's untiered runs) */
 static kvidx *mk(int kind, uint32_t workers, size_t max_blocks, int evict, uint32_t pct) {
   kvidx_config c;
   kvidx *ix = NULL;
@@ -15,7 +16,7 @@ static kvidx *mk(int kind, uint32_t workers, size_t max_blocks, int evict, uint3
   c.evict = evict;
   c.evict_target_pct = pct;
   c.jump = 3;
-  c.flags = KVIDX_F_TIERS;
+  c.flags = t_no_tiers ? 0u : KVIDX_F_TIERS;
   if (kvidx_create(&ix, &c) != KVIDX_OK) {
     fprintf(stderr, "create failed\n");
     exit(2);
@@ -367,6 +368,7 @@ static void test_apply_differential(uint64_t seed, int evict, size_t max_blocks,
     e.worker_id = w / 2;
     e.dp_rank = w % 2;
     e.tier = (int)t_below(&rs, 3);
+    if (t_no_tiers) e.tier = KVIDX_TIER_DEVICE; /* the only tier there is */
     if (r < 50) {
       uint32_t n = 1 + t_below(&rs, 8), i, plen = 0;
       uint64_t path[16], pseq = 0;
@@ -405,7 +407,7 @@ static void test_apply_differential(uint64_t seed, int evict, size_t max_blocks,
     } else if (r < 80) {
       uint32_t n = 1 + t_below(&rs, 3), i;
       e.type = KVIDX_EV_REMOVED;
-      if (t_below(&rs, 3) == 0) e.tier = KVIDX_TIER_ALL;
+      if (t_below(&rs, 3) == 0 && !t_no_tiers) e.tier = KVIDX_TIER_ALL;
       for (i = 0; i < n; i++) seqs[i] = nh && t_below(&rs, 6) ? hd[t_below(&rs, (uint32_t)nh)].seq : 0xBEEF;
       e.seqs = seqs;
       e.n = n;
@@ -762,7 +764,14 @@ int main(void) {
     test_apply_differential(300 + (uint64_t)k, KVIDX_EVICT_LRS, 25, 1500);
     test_apply_differential(400 + (uint64_t)k, KVIDX_EVICT_EXPIRY, 25, 1500);
   }
-  printf("apply differential: 24 runs (unbounded, bounded, LRS, expiry)\n");
+  t_no_tiers = 1; /* eviction without tiers: seq entries of four words, holdings without device bits (and the
+                     move of a run's rest, which tiers rule out) */
+  for (k = 0; k < 6; k++) {
+    test_apply_differential(500 + (uint64_t)k, KVIDX_EVICT_LRS, 25, 1500);
+    test_apply_differential(600 + (uint64_t)k, KVIDX_EVICT_EXPIRY, 25, 1500);
+  }
+  t_no_tiers = 0;
+  printf("apply differential: 36 runs (unbounded, bounded, LRS, expiry; LRS and expiry again without tiers)\n");
   test_snapshots(KVIDX_RADIX, 0);
   test_snapshots(KVIDX_POSITIONAL, 0);
   test_snapshots(KVIDX_POSITIONAL, 1);
