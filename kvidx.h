@@ -2257,33 +2257,26 @@ KVIDX__PRIV int kvidx__map_reserve_slow(kvidx *ix, kvidx__map *m, uint64_t extra
   return KVIDX_OK;
 }
 
-/* Room for `extra` more entries.  Most calls (every store reserves in
- * five maps) find a table under 11/16 full with no growth under way, where
- * the slow path would do nothing: that test inline (W16 C16384's store
- * path 2.6% fewer instructions).  A drain or a next table's zeroing under
- * way goes on in the slow path at every call (t_grow_drains); a request
- * past KVIDX__ID_LIMIT, which the slow path refuses, would wrap the
- * product. */
-KVIDX__HOT int kvidx__map_reserve(kvidx *ix, kvidx__map *m, uint64_t extra) {
-  kvidx__mtab *t = kvidx__ld(&m->tab);
-  if (t && !m->next && !kvidx__ld(&m->old) && extra <= KVIDX__ID_LIMIT &&
-      (m->n + extra + t->tombs) * 16 <= (t->mask + 1) * 11)
-    return KVIDX_OK;
-  return kvidx__map_reserve_slow(ix, m, extra, 0);
-}
-
-/* The same, with room for `over` more places past the map's bound
- * (m->most): deletions to come before the inserts, whose places stay
- * deleted (control bytes) while the bound caps only the entries.  With
- * eviction a store's prune deletes holdings after its reservation; a
- * move of a run's rest deletes the holdings of the rest's holders that
- * leave the run. */
-KVIDX__PRIV int kvidx__map_reserve_over(kvidx *ix, kvidx__map *m, uint64_t extra, uint64_t over) {
+/* Room for `extra` more entries, and `over` more places past the map's
+ * bound (m->most): deletions to come before the inserts, whose places stay
+ * deleted (control bytes) while the bound caps only the entries (with
+ * eviction a store's prune deletes holdings after its reservation; a move
+ * of a run's rest deletes the holdings of holders that leave the run).
+ * Most calls (every store reserves in five maps) find a table under 11/16
+ * full with no growth under way, where the slow path would do nothing:
+ * that test inline (W16 C16384's store path 2.6% fewer instructions).  A
+ * drain or a next table's zeroing under way goes on in the slow path at
+ * every call (t_grow_drains); a request past KVIDX__ID_LIMIT, which the
+ * slow path refuses, would wrap the product. */
+KVIDX__HOT int kvidx__map_reserve_over(kvidx *ix, kvidx__map *m, uint64_t extra, uint64_t over) {
   kvidx__mtab *t = kvidx__ld(&m->tab);
   if (t && !m->next && !kvidx__ld(&m->old) && extra <= KVIDX__ID_LIMIT && over <= KVIDX__ID_LIMIT &&
       (m->n + extra + over + t->tombs) * 16 <= (t->mask + 1) * 11)
     return KVIDX_OK;
   return kvidx__map_reserve_slow(ix, m, extra, over);
+}
+KVIDX__HOT int kvidx__map_reserve(kvidx *ix, kvidx__map *m, uint64_t extra) {
+  return kvidx__map_reserve_over(ix, m, extra, 0);
 }
 
 /* Writer, after deletions from a map no reader probes (a worker's seq
@@ -2968,6 +2961,45 @@ KVIDX__PRIV uint64_t *kvidx__chain_memo(const kvidx *ix, uint32_t r) {
   return KVIDX__RCAST(uint64_t *, kvidx__grow_get(&ix->chains, r, 1, 0));
 }
 
+/* A run id: a freed one, or the next never used (room was reserved). */
+KVIDX__PRIV uint32_t kvidx__run_id(kvidx *ix) {
+  uint32_t r = ix->run_free;
+  if (r != KVIDX__NONE) {
+    ix->run_free = kvidx__ld(&kvidx__run_at(ix, r)->kids); /* the free list's link */
+  } else {
+    r = ix->runs_hw++;
+    kvidx__st(&kvidx__run_at(ix, r)->ver, 0u); /* fresh memory: the seqlock starts even */
+  }
+  return r;
+}
+
+/* Run r, its locals (shape's length and class, from li, the first one
+ * `local`) and holder entries (hi, nhold) written, hangs below (parent,
+ * poff): its record, then the child map names it.  chain: its first
+ * block's chain hash (0: not known). */
+KVIDX__PRIV void kvidx__run_publish(kvidx *ix, uint32_t r, uint32_t parent, uint32_t li, uint32_t hi, uint32_t nhold,
+                                    uint32_t shape, uint64_t local, uint64_t chain) {
+  kvidx__run *rn = kvidx__run_at(ix, r);
+  uint64_t e[3];
+  kvidx__run_wbegin(rn);
+  kvidx__st(&rn->parent, parent);
+  kvidx__st(&rn->locals, li);
+  kvidx__st(&rn->holders, hi);
+  kvidx__st(&rn->nhold, nhold);
+  kvidx__st(&rn->kids, 0u);
+  kvidx__st(&rn->cont, KVIDX__NONE);
+  kvidx__st(&rn->shape, shape);
+  kvidx__run_wend(rn);
+  *kvidx__chain_memo(ix, r) = chain;
+  *kvidx__kid_hi(ix, r) = 0;
+  kvidx__child_key(e, parent, KVIDX__POFF(shape), local);
+  e[2] = r;
+  kvidx__map_insert(ix, &ix->children, e);
+  KVIDX_TEST_HOOK(ix, 4); /* published, its holders (if any) with it */
+  kvidx__run_hang(ix, r, parent, KVIDX__POFF(shape), local);
+  ix->runs_live++;
+}
+
 /* A new run below (parent, poff) starting with `local`, sized for `hint`
  * blocks, whose first block's chain hash is `chain` (0: not known); room
  * was reserved. */
@@ -2975,35 +3007,10 @@ KVIDX__PRIV uint32_t kvidx__run_new(kvidx *ix, uint32_t parent, uint32_t poff, u
                                     uint64_t chain) {
   unsigned lc = kvidx__class_of(hint < KVIDX__RUN_MAX ? hint : KVIDX__RUN_MAX);
   uint32_t r, li = kvidx__chunk_alloc(ix, lc);
-  uint64_t e[3];
-  kvidx__run *rn;
   if (li == KVIDX__NONE) return KVIDX__NONE;
-  if (ix->run_free != KVIDX__NONE) {
-    r = ix->run_free;
-    ix->run_free = kvidx__ld(&kvidx__run_at(ix, r)->kids); /* the free list's link */
-  } else {
-    r = ix->runs_hw++;
-    kvidx__st(&kvidx__run_at(ix, r)->ver, 0u); /* fresh memory: the seqlock starts even */
-  }
-  rn = kvidx__run_at(ix, r);
+  r = kvidx__run_id(ix);
   kvidx__st(kvidx__word(ix, li), local);
-  kvidx__run_wbegin(rn);
-  kvidx__st(&rn->parent, parent);
-  kvidx__st(&rn->locals, li);
-  kvidx__st(&rn->holders, KVIDX__NONE);
-  kvidx__st(&rn->nhold, 0u);
-  kvidx__st(&rn->kids, 0u);
-  kvidx__st(&rn->cont, KVIDX__NONE);
-  kvidx__st(&rn->shape, KVIDX__SHAPE(1, poff, lc, KVIDX__NOCLASS));
-  kvidx__run_wend(rn);
-  *kvidx__chain_memo(ix, r) = chain;
-  *kvidx__kid_hi(ix, r) = 0;
-  kvidx__child_key(e, parent, poff, local);
-  e[2] = r;
-  kvidx__map_insert(ix, &ix->children, e);
-  KVIDX_TEST_HOOK(ix, 4); /* published, no holder yet */
-  kvidx__run_hang(ix, r, parent, poff, local);
-  ix->runs_live++;
+  kvidx__run_publish(ix, r, parent, li, KVIDX__NONE, 0u, KVIDX__SHAPE(1, poff, lc, KVIDX__NOCLASS), local, chain);
   ix->entries++;
   return r;
 }
@@ -3692,7 +3699,7 @@ KVIDX__PRIV void kvidx__run_shorten(kvidx *ix, uint32_t r, uint32_t len) {
 #define KVIDX__SPLIT_SEQS 16u
 KVIDX__PRIV int kvidx__run_split(kvidx *ix, uint32_t r, uint32_t k, uint64_t seq_before, size_t left,
                                   kvidx__hcache *hc) {
-  kvidx__run *rn = kvidx__run_at(ix, r), *tn;
+  kvidx__run *rn = kvidx__run_at(ix, r);
   uint32_t shape = kvidx__ld(&rn->shape), len = KVIDX__LEN(shape), nh = KVIDX__NHOLD(kvidx__ld(&rn->nhold));
   uint32_t tail = len - k, j, kept = 0, moving = 0, nseq = 0, t, li, hi, count, moved_slot[KVIDX__SPLIT_HOLDERS];
   uint32_t idx[KVIDX__SPLIT_HOLDERS], slot[KVIDX__SPLIT_HOLDERS], seq_at[KVIDX__SPLIT_SEQS], nmoved = 0;
@@ -3701,54 +3708,46 @@ KVIDX__PRIV int kvidx__run_split(kvidx *ix, uint32_t r, uint32_t k, uint64_t seq
   uint64_t low[KVIDX__SPLIT_HOLDERS], high[KVIDX__SPLIT_HOLDERS], chain[KVIDX__RUN_MAX], e[5], any = 0;
   if (ix->tiers_on || ix->buffer_mode || k == 0 || k >= len || *kvidx__kid_hi(ix, r) > k) return 0;
   kvidx__hcache_flush(ix, hc); /* every holder entry current (and holdings may move below) */
-  /* from the holder list alone: the tail's holders, and at most how many
-   * seq entries they have there (their tops) */
-  for (j = 0; j < nh; j++) {
-    uint32_t top = KVIDX__HOLDER_TOP(kvidx__ld(kvidx__holder(ix, rn, j)));
-    if (top > k && (++moving > KVIDX__SPLIT_HOLDERS || (nseq += top - k) > KVIDX__SPLIT_SEQS)) return 0;
-  }
-  if (!moving) return 0; /* nobody holds the rest: nothing to move it for */
-  /* the lines this will most likely read, asked for at once: the tail
-   * holders' holdings and their seq entries for block k, the child map's
-   * place for the tail, the free chunks and run record it would take
-   * (their links) */
-  lc = KVIDX__CAST(unsigned char, kvidx__class_of(tail));
-  hcl = KVIDX__CAST(unsigned char, kvidx__class_of(moving ? moving : 1));
-  if (ix->words.free_head[lc] != KVIDX__NONE) KVIDX__PREFETCH(kvidx__word(ix, ix->words.free_head[lc]));
-  if (ix->words.free_head[hcl] != KVIDX__NONE) KVIDX__PREFETCH(kvidx__word(ix, ix->words.free_head[hcl]));
-  if (ix->run_free != KVIDX__NONE) KVIDX__PREFETCH(kvidx__run_at(ix, ix->run_free));
+  /* from the holder list alone: the tail's holders (idx, slot), at most
+   * how many seq entries they have there (their tops); and the lines the
+   * move will most likely read asked for at once: their holdings and their
+   * seq entries for block k */
   chain[0] = kvidx_seq_hash_next(seq_before, kvidx__local_at(ix, rn, k));
-  kvidx__child_prefetch(ix, r, k - 1, kvidx__local_at(ix, rn, k));
-  for (j = 0; moving && j < nh; j++) {
+  for (j = 0; j < nh; j++) {
     uint64_t v = kvidx__ld(kvidx__holder(ix, rn, j)), key;
-    if (KVIDX__HOLDER_TOP(v) <= k) continue;
-    key = (v & 0xFFFFFFFFu) + 1;
-    key = key << 32 | r;
-    kvidx__map_prefetch(&ix->holds, kvidx__key_hash(ix->seed, &key, 1), 1);
-    kvidx__map_prefetch(&ix->slots[v & 0xFFFFFFFFu].seqs, kvidx__key_hash(ix->seed, &chain[0], 1), 1);
-  }
-  moving = 0;
-  for (j = 0; j < nh; j++) { /* the holders of the tail: their blocks before k and from k */
-    uint64_t v = kvidx__ld(kvidx__holder(ix, rn, j)), held;
-    KVIDX__A(uint64_t) *h;
-    if (KVIDX__HOLDER_TOP(v) <= k) {
+    uint32_t top = KVIDX__HOLDER_TOP(v);
+    if (top <= k) {
       kept++;
       continue;
     }
+    if (moving == KVIDX__SPLIT_HOLDERS || (nseq += top - k) > KVIDX__SPLIT_SEQS) return 0;
     idx[moving] = j;
-    slot[moving] = KVIDX__CAST(uint32_t, v & 0xFFFFFFFFu);
-    h = kvidx__map_at(&ix->holds, kvidx__hold_find(ix, slot[moving], r));
-    held = kvidx__ld(&h[KVIDX__H_HELD]);
-    if (kvidx__ld(&h[KVIDX__H_MULTI]) >> k) return 0; /* a tail block under two seqs */
-    low[moving] = held & ((KVIDX__CAST(uint64_t, 1) << k) - 1);
-    high[moving] = held >> k;
-    any |= high[moving];
-    kept += low[moving++] != 0;
+    slot[moving++] = KVIDX__CAST(uint32_t, v & 0xFFFFFFFFu);
+    key = (KVIDX__CAST(uint64_t, v & 0xFFFFFFFFu) + 1) << 32 | r;
+    kvidx__map_prefetch(&ix->holds, kvidx__key_hash(ix->seed, &key, 1), 1);
+    kvidx__map_prefetch(&ix->slots[v & 0xFFFFFFFFu].seqs, kvidx__key_hash(ix->seed, &chain[0], 1), 1);
   }
-  /* (kept: the store's own worker holds block k - 1, so always; and a
-   * rest nobody holds stays: cutting it would change the index's entries,
-   * which a store that fails later must leave as they were) */
-  if (!kept || !moving) return 0;
+  /* a rest nobody holds stays (cutting it would change the index's
+   * entries, which a store that fails later must leave as they were) */
+  if (!moving) return 0;
+  /* and the child map's place for the tail, the free chunks and run
+   * record it would take (their links) */
+  lc = KVIDX__CAST(unsigned char, kvidx__class_of(tail));
+  hcl = KVIDX__CAST(unsigned char, kvidx__class_of(moving));
+  if (ix->words.free_head[lc] != KVIDX__NONE) KVIDX__PREFETCH(kvidx__word(ix, ix->words.free_head[lc]));
+  if (ix->words.free_head[hcl] != KVIDX__NONE) KVIDX__PREFETCH(kvidx__word(ix, ix->words.free_head[hcl]));
+  if (ix->run_free != KVIDX__NONE) KVIDX__PREFETCH(kvidx__run_at(ix, ix->run_free));
+  kvidx__child_prefetch(ix, r, k - 1, kvidx__local_at(ix, rn, k));
+  for (j = 0; j < moving; j++) { /* their blocks before k and from k */
+    KVIDX__A(uint64_t) *h = kvidx__map_at(&ix->holds, kvidx__hold_find(ix, slot[j], r));
+    uint64_t held = kvidx__ld(&h[KVIDX__H_HELD]);
+    if (kvidx__ld(&h[KVIDX__H_MULTI]) >> k) return 0; /* a tail block under two seqs */
+    low[j] = held & ((KVIDX__CAST(uint64_t, 1) << k) - 1);
+    high[j] = held >> k;
+    any |= high[j];
+    kept += low[j] != 0;
+  }
+  if (!kept) return 0; /* (the store's own worker holds block k - 1: not met, a guard) */
   for (j = 1; j <= kvidx__log2(any); j++) chain[j] = kvidx_seq_hash_next(chain[j - 1], kvidx__local_at(ix, rn, k + j));
   for (j = 0, nseq = 0; j < moving; j++) { /* each tail block's seq entry */
     uint64_t bits = high[j];
@@ -3776,33 +3775,12 @@ KVIDX__PRIV int kvidx__run_split(kvidx *ix, uint32_t r, uint32_t k, uint64_t seq
     kvidx__chunk_free(ix, li, lc);
     return 0;
   }
-  /* the tail's run, complete before the child map names it */
-  if (ix->run_free != KVIDX__NONE) {
-    t = ix->run_free;
-    ix->run_free = kvidx__ld(&kvidx__run_at(ix, t)->kids);
-  } else {
-    t = ix->runs_hw++;
-    kvidx__st(&kvidx__run_at(ix, t)->ver, 0u);
-  }
-  tn = kvidx__run_at(ix, t);
+  /* the tail's run (chain memo 0: chain[0] is the store's worker's
+   * hashing, maybe not the chain) */
+  t = kvidx__run_id(ix);
   kvidx__words_copy(ix, li, kvidx__ld(&rn->locals) + k, tail);
   for (j = 0; j < moving; j++) kvidx__st(kvidx__word(ix, hi + j), kvidx__holder_word(slot[j], high[j]));
-  kvidx__run_wbegin(tn);
-  kvidx__st(&tn->parent, r);
-  kvidx__st(&tn->locals, li);
-  kvidx__st(&tn->holders, hi);
-  kvidx__st(&tn->nhold, moving);
-  kvidx__st(&tn->kids, 0u);
-  kvidx__st(&tn->cont, KVIDX__NONE);
-  kvidx__st(&tn->shape, KVIDX__SHAPE(tail, k - 1, lc, hcl));
-  kvidx__run_wend(tn);
-  *kvidx__chain_memo(ix, t) = 0; /* chain[0] is the store's worker's hashing, maybe not the chain */
-  *kvidx__kid_hi(ix, t) = 0;
-  kvidx__child_key(e, r, k - 1, kvidx__local_at(ix, rn, k));
-  e[2] = t;
-  kvidx__map_insert(ix, &ix->children, e);
-  kvidx__run_hang(ix, t, r, k - 1, e[1]);
-  ix->runs_live++;
+  kvidx__run_publish(ix, t, r, li, hi, moving, KVIDX__SHAPE(tail, k - 1, lc, hcl), kvidx__local_at(ix, rn, k), 0);
   for (j = 0; j < moving; j++) { /* the tail's holdings */
     e[0] = (KVIDX__CAST(uint64_t, slot[j]) + 1) << 32 | t;
     e[KVIDX__H_HELD] = high[j];
