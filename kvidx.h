@@ -4492,23 +4492,20 @@ KVIDX__HOT void kvidx__set_copy(uint64_t *to, const uint64_t *from, uint32_t nw)
 
 /* The holders of a run (hits) that stop inside it (cutoff < m): a set per
  * cutoff, cutoffs ascending. */
-KVIDX__PRIV void kvidx__stopped_hits(const kvidx *ix, kvidx__sink *k, kvidx__stopped *st, const uint32_t *hits,
+KVIDX__PRIV void kvidx__stopped_hits(const kvidx *ix, kvidx__sink *k, kvidx__stopped *st, uint32_t *hits,
                                      uint32_t nhits, uint32_t m, uint32_t nw, size_t p, const uint32_t *dev) {
   uint64_t set[KVIDX__NW_MAX];
   uint32_t j, lo = 0, cut;
-  if (nw == 1) { /* slots < 64: a set per cutoff (< m <= 64), then the cutoffs in order */
-    uint64_t by_cut[KVIDX__RUN_MAX], present = 0;
-    for (j = 0; j < nhits; j++) {
-      uint64_t bit;
-      if ((cut = (hits[j] >> 16) & 0xFFu) >= m) continue; /* goes on past the run (listed for its device count) */
-      bit = KVIDX__CAST(uint64_t, 1) << cut;
-      if (!(present & bit)) by_cut[cut] = 0;
-      present |= bit;
-      by_cut[cut] |= KVIDX__CAST(uint64_t, 1) << (hits[j] & 63);
+  if (nw == 1) { /* slots < 64, at most 64 hits: sorted by cutoff in place, then one pass */
+    for (j = 1; j < nhits; j++) { /* insertion sort: a dozen or so hits, often nearly in order */
+      uint32_t h = hits[j], i = j;
+      for (; i && (hits[i - 1] & 0xFF0000u) > (h & 0xFF0000u); i--) hits[i] = hits[i - 1];
+      hits[i] = h;
     }
-    for (; present; present &= present - 1) {
-      cut = kvidx__ctz64(present);
-      kvidx__stopped_add(ix, k, st, &by_cut[cut], 1, p + cut, dev);
+    set[0] = 0;
+    for (j = 0; j < nhits && (cut = (hits[j] >> 16) & 0xFFu) < m; j++) { /* (past m: listed for device counts) */
+      set[0] |= KVIDX__CAST(uint64_t, 1) << (hits[j] & 63);
+      if (j + 1 == nhits || ((hits[j + 1] >> 16) & 0xFFu) != cut) kvidx__stopped_add(ix, k, st, set, 1, p + cut, dev);
     }
     return;
   }
