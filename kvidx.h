@@ -53,7 +53,7 @@
  *                         rest out when a store leaves the run before its
  *                         end (STORAGE): same answers, a conversation's
  *                         turns then each a run below the last (slower
- *                         deep queries); 3.5 KB less code.  Caller-buffer
+ *                         deep queries); 2.8 KB less code.  Caller-buffer
  *                         mode never moves a run's rest, so firmware
  *                         defines it.
  *   KVIDX_TEST_GROUP_WORDS test-only: control bytes compared as 64-bit

@@ -20,7 +20,7 @@ FW_WORKERS_MAX ?= 64
 # KVIDX_NO_SIMD: caller-buffer mode never uses control bytes, and without it
 # their 64-bit-word form would be linked for heap mode anyway (+5,824 bytes
 # of .text, +24 bytes of stack bound in session 34); KVIDX_NO_RUN_SPLIT:
-# nor does it move a run's rest out (+3,520 bytes of .text in session 35)
+# nor does it move a run's rest out (+2,816 bytes of .text, +896 of stack bound in session 35)
 FW_CFLAGS := $(FW_ARCH) -std=c11 $(WARN) -Os -g -ffunction-sections -fdata-sections \
   -fstack-usage -fcallgraph-info=su -I. -I$(FW_DIR)/include \
   -DKVIDX_NO_MALLOC -DKVIDX_NO_THREADS -DKVIDX_NO_SIMD -DKVIDX_NO_RUN_SPLIT -DKVIDX_EMBEDDED_SEMIHOSTING -DKVIDX_WORKERS_MAX=$(FW_WORKERS_MAX)
