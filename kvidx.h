@@ -169,8 +169,9 @@
  *   locals onto the store's own seq for block k - 1, so it moves only
  *   where its holders hash as the storing worker does (Dynamo's hashing,
  *   kvidx_seq_hashes), and only if no child hangs at k or later, it has
- *   at most 8 holders and 16 seq entries, and outside caller-buffer mode
- *   and tiers; else the store starts a run as above.
+ *   at most 8 holders and 16 seq entries, the store has not grown R
+ *   itself, and outside caller-buffer mode and tiers; else the store
+ *   starts a run as above.
  *
  *   Run header (32 bytes, two to a cache line, type-stable array, 32-bit ids):
  *     +-----+--------+--------------------------------+-------+--------+---------+------+------+
@@ -3655,6 +3656,21 @@ KVIDX__PRIV int kvidx__undo_push(kvidx *ix, kvidx__undo *u, uint32_t r, uint32_t
   return 1;
 }
 
+#ifndef KVIDX_NO_RUN_SPLIT
+/* Whether this store grew run r past a length it logged, so that r's
+ * blocks from there on are its own.  A move of r's rest must not take them
+ * along: a failed store shortens r back to the logged length, not the run
+ * the rest went to, which would keep them as positions nobody holds
+ * (fuzz/BUGS.md, bug 11: a store that comes back into a run it grew, sent
+ * there by a seq it already holds). */
+KVIDX__PRIV int kvidx__undo_grew(const kvidx__undo *u, uint32_t r, uint32_t len) {
+  size_t j;
+  for (j = 0; j < u->n; j++)
+    if (u->rec[2 * j] == r && u->rec[2 * j + 1] != KVIDX__REJOINED && u->rec[2 * j + 1] < len) return 1;
+  return 0;
+}
+#endif
+
 /* A failed store's growth of run r taken back: it is `len` long again.
  * The positions past len are this store's, nobody holds them any more and
  * nothing hangs below them (the rollback let go of them first; a run hung
@@ -3692,7 +3708,8 @@ KVIDX__PRIV void kvidx__run_shorten(kvidx *ix, uint32_t r, uint32_t len) {
  * tail block, keeps the run as it is.  Not with tiers (device bits) or
  * in caller-buffer mode (whose size bound counts the chunks a store makes), not when a child hangs
  * at k or later (kid_hi: those would have to move too), nor past
- * KVIDX__SPLIT_HOLDERS holders or KVIDX__SPLIT_SEQS seq entries to update.
+ * KVIDX__SPLIT_HOLDERS holders or KVIDX__SPLIT_SEQS seq entries to update;
+ * nor (the caller's test, kvidx__undo_grew) in a run the store has grown.
  * Semantics do not change: the same workers hold the same chains, and the
  * index's entries stay as many.  1 if done; 0 with nothing changed. */
 #define KVIDX__SPLIT_HOLDERS 8u /* holders of the tail */
@@ -3882,7 +3899,8 @@ KVIDX__PRIV int kvidx__advance(kvidx *ix, kvidx__cursor *c, uint64_t local, size
   }
   if (ix->entries >= ix->max_entries) return KVIDX_EFULL;
 #ifndef KVIDX_NO_RUN_SPLIT
-  if (c->r != KVIDX__NONE && c->off + 1 < c->len && kvidx__run_split(ix, c->r, c->off + 1, seq_before, hint, hc)) {
+  if (c->r != KVIDX__NONE && c->off + 1 < c->len && !kvidx__undo_grew(u, c->r, c->len) &&
+      kvidx__run_split(ix, c->r, c->off + 1, seq_before, hint, hc)) {
     /* the run ends here now, and nothing hangs past here: its end grows */
     c->len = c->off + 1;
     c->kids = 0;

@@ -1427,6 +1427,46 @@ int t_run_split(void) {
       kvidx_destroy(ix);
       kvidx_destroy(ref);
     }
+    { /* a store that comes back into a run it grew (a seq it already
+         holds sends it there) does not move that run's rest, which holds
+         its own new blocks: refused later, the store takes all of them
+         back (fuzz/BUGS.md, bug 11: they stayed in the rest's run as
+         positions nobody held).  Worker 1 holds p0 p1 p2; it stores d e
+         after p2 (its run grows), then p1 again (held: back to p1), then
+         y z, which leave the run after p1: z finds no room; and the same
+         store with room, against the reference */
+      kvidx_stats st, st2;
+      kvidx_block b[8], c[8];
+      size_t cap;
+      int room;
+      t_split_blocks(c, paths[0], 3, 0);
+      b[0].local = 51, b[0].seq = kvidx_seq_hash_next(c[2].seq, 51);
+      b[1].local = 52, b[1].seq = kvidx_seq_hash_next(b[0].seq, 52);
+      b[2] = c[1];
+      b[3].local = 53, b[3].seq = kvidx_seq_hash_next(c[1].seq, 53);
+      b[4].local = 54, b[4].seq = kvidx_seq_hash_next(b[3].seq, 54);
+      for (room = 0; room < 2; room++) {
+        static const uint64_t back[2][8] = {{11, 12, 13, 51, 52, 0, 0, 0}, {11, 12, 53, 54, 0, 0, 0, 0}};
+        if (t_with_ref(kinds[k], &ix, &ref)) return fails + 1;
+        fails += t_split_store(ix, ref, 1, paths[0], 3, 0);
+        kvidx_get_stats(ix, &st);
+        cap = ix->max_entries;
+        if (!room) {
+          ix->max_entries = st.entries + 3; /* d e y: z finds none */
+          TD(kvidx_store(ix, 1, 0, &c[2].seq, b, 5) == KVIDX_EFULL);
+          ix->max_entries = cap;
+          kvidx_get_stats(ix, &st2);
+          TD(st2.entries == st.entries && st2.blocks == st.blocks && st2.workers == st.workers);
+        } else {
+          TD(kvidx_store(ix, 1, 0, &c[2].seq, b, 5) == KVIDX_OK && kvidx_store(ref, 1, 0, &c[2].seq, b, 5) == KVIDX_OK);
+          TD(kvidx_worker_blocks(ix, 1, 0) == 7);
+        }
+        fails += t_split_same(ix, ref, paths, 3);
+        fails += t_split_same(ix, ref, back, 2);
+        kvidx_destroy(ix);
+        kvidx_destroy(ref);
+      }
+    }
     { /* the store's own holdings after a move: room for them too (a review
          found the holdings map past 3/4 full: the move's 8 holdings of the
          rest and then the store's next run's one, against a reservation
