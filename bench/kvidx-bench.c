@@ -371,6 +371,7 @@ typedef struct {
   size_t check_every;
   size_t dump_from, dump_to;
   const char *write_events; /* --write-events FILE */
+  int opaque_seqs;          /* --opaque-seqs */
   const char *replay;       /* --replay FILE */
   int replay_kind;          /* --kind (replay, growth) */
   int replay_reps;          /* --time REPS */
@@ -1771,6 +1772,21 @@ static void ew_u64(ewriter_t *w, uint64_t v) {
   while (i) w->buf[w->n++] = t[--i];
 }
 
+/* --opaque-seqs: a seq as an engine with its own block hashes (vLLM,
+ * SGLang, TRT-LLM) would publish it: murmur3's 64-bit finalizer, a
+ * bijection, so parents and removals name the same blocks as before and
+ * the answers (matched on locals) stay the same, but a store's seqs no
+ * longer follow Dynamo's chain of its locals (kvidx_seq_hash_next), which
+ * the index can use (a run's rest moves out only where they do). */
+static uint64_t opaque_seq(const bench_t *B, uint64_t seq) {
+  if (!B->o->opaque_seqs) return seq;
+  seq ^= seq >> 33;
+  seq *= 0xff51afd7ed558ccdull;
+  seq ^= seq >> 33;
+  seq *= 0xc4ceb9fe1a85ec53ull;
+  return seq ^ (seq >> 33);
+}
+
 static void write_events(const bench_t *B, const char *path) {
   if (B->o->R != 1) die("--write-events: the file format has no dp rank (use --dp-ranks 1)");
   ewriter_t *w = xcalloc(1, sizeof *w);
@@ -1787,19 +1803,19 @@ static void write_events(const bench_t *B, const char *path) {
     case OP_STORE:
       ew_char(w, 'S');
       ew_u64(w, worker_id_of(B, op->worker));
-      if (op->has_parent) ew_u64(w, op->parent);
+      if (op->has_parent) ew_u64(w, opaque_seq(B, op->parent));
       else ew_char(w, ' '), ew_char(w, '-');
       ew_u64(w, op->n);
       for (uint32_t j = 0; j < op->n; j++) {
         ew_u64(w, B->blocks[op->off + j].local);
-        ew_u64(w, B->blocks[op->off + j].seq);
+        ew_u64(w, opaque_seq(B, B->blocks[op->off + j].seq));
       }
       break;
     case OP_REMOVE:
       ew_char(w, 'R');
       ew_u64(w, worker_id_of(B, op->worker));
       ew_u64(w, op->n);
-      for (uint32_t j = 0; j < op->n; j++) ew_u64(w, B->rm[op->off + j]);
+      for (uint32_t j = 0; j < op->n; j++) ew_u64(w, opaque_seq(B, B->rm[op->off + j]));
       break;
     default:
       ew_char(w, 'C');
@@ -2940,6 +2956,8 @@ static void usage(void) {
   printf( /* two calls: one string literal of over 4,095 characters is not portable C */
       "event files (the format of ../shared/anchors/dynamo/README.md; see bench/README.md):\n"
       "  --write-events FILE write the mock engine's stream (S/R/C/Q lines) and exit\n"
+      "  --opaque-seqs       with --write-events: every seq through a fixed bijection, as an engine\n"
+      "                      with its own block hashes (vLLM, SGLang, TRT-LLM) publishes them\n"
       "  --replay FILE       replay an event file into a fresh default-config index;\n"
       "                      prints each query's worker:score line (as dynamo-replay)\n"
       "  --kind K            positional (default), radix or reference (--replay, --growth, --scaling)\n"
@@ -3054,6 +3072,7 @@ int main(int argc, char **argv) {
       o.dump_to++;
     }
     else if (IS("--write-events")) o.write_events = str_arg(argc, argv, &i);
+    else if (IS("--opaque-seqs")) o.opaque_seqs = 1;
     else if (IS("--replay")) o.replay = str_arg(argc, argv, &i);
     else if (IS("--no-event-buffers")) o.no_event_buffers = 1;
     else if (IS("--blocks-per-worker")) g_blocks_per_worker = (size_t)num_arg(argc, argv, &i);
@@ -3092,6 +3111,7 @@ int main(int argc, char **argv) {
   if (!o.W || !o.C || !o.F || !o.D || !o.R || !o.block_tokens || !o.collide_pool)
     die("-W, -C, -F, -D, --dp-ranks, --block-tokens, --collide-pool must be >= 1");
   if (o.collide > 1) die("--collide is a fraction in [0, 1]");
+  if (o.opaque_seqs && !o.write_events) die("--opaque-seqs: only with --write-events");
   if ((uint64_t)o.W * o.D > BENCH_WORKERS_MAX) die("W x D = %u exceeds KVIDX_WORKERS_MAX (%u)", o.W * o.D, BENCH_WORKERS_MAX);
   if (no_ref) {
     int n = 0;
