@@ -166,9 +166,11 @@
  *   run per turn, one dependent load after another; with it the
  *   conversation is one run of up to 64 blocks, its old turns' rests
  *   hanging off it.  The rest's seq entries are found by folding its
- *   locals onto the store's own seq for block k - 1, so it moves only
- *   where its holders hash as the storing worker does (Dynamo's hashing,
- *   kvidx_seq_hashes), and only if no child hangs at k or later, it has
+ *   locals onto the store's own seq for block k - 1 (where its holders
+ *   hash as the storing worker does: Dynamo's hashing, kvidx_seq_hashes),
+ *   or else from the seq hints that workers with their own engines'
+ *   hashes leave in the runs they store into (below), each believed only
+ *   if it names the very block; and only if no child hangs at k or later, it has
  *   at most 8 holders and 16 seq entries, the store has not grown R
  *   itself, and outside caller-buffer mode and tiers; else the store
  *   starts a run as above.
@@ -197,6 +199,12 @@
  *     worker holds, top = 1 + its last held block's offset (writers: which
  *     holders a moving tail concerns, kvidx__run_split); the device bits
  *     only with KVIDX_F_TIERS.
+ *
+ *   Seq hints (writer side only, section 5): for a worker whose seqs are
+ *   its engine's own block hashes (vLLM, SGLang, TRT-LLM; seen at its first
+ *   store), the seqs it stored a run's blocks under, a chunk per run beside
+ *   the locals (8 bytes per position of such workers' runs), so that a move
+ *   of the run's rest finds their seq entries without Dynamo's folding.
  *
  *   Per worker (writer side only):
  *     seq table: engine seq -> run:32 | tag:16 | offset:8 | tiers:8
@@ -241,7 +249,9 @@
  *   at a table load between 3/8 and 3/4 while a worker gains blocks: 23-45
  *   bytes) plus its
  *   share of the run it sits in (8 bytes per block of locals, the run header
- *   and holder entries per run, not per block).  A seq table under 1/8 full
+ *   and holder entries per run, not per block; 8 more per block of seq
+ *   hints in runs that workers with their own hashes stored into, and 4
+ *   bytes per run for the hints' chunk index).  A seq table under 1/8 full
  *   (past 64 places) shrinks to at most 3/8, draining like a growth, so a
  *   worker that let go of most of its blocks stops paying for its peak.
  *   Run headers and word chunks live in grow-only arrays (readers may hold
@@ -323,8 +333,9 @@
  *          and delete without moving entries; 16 are compared at once
  *          with SSE2, NEON, or as two 64-bit words.
  *          A store that leaves a run before its end moves the run's rest
- *          out and goes on in the run (where the rest's holders hash as
- *          Dynamo does), so a conversation stays one run
+ *          out and goes on in the run (the rest's seq entries found by
+ *          Dynamo's folding, or by the seq hints that workers with their
+ *          own engines' hashes leave), so a conversation stays one run
  *          (KVIDX_NO_RUN_SPLIT leaves it out).
  *          Queries follow a hint from each run to the run continuing it
  *          (checked, then prefetched along the chain) and place answers
@@ -1102,6 +1113,10 @@ typedef struct {
   uint32_t used, free_next;
   size_t blocks;
   kvidx__map seqs;         /* engine seq -> position | tiers (+ eviction keys) */
+#ifndef KVIDX_NO_RUN_SPLIT
+  unsigned char hashing;   /* its seqs, seen at its first store: 0 not yet,
+                              1 Dynamo's folding of the locals, 2 its own  */
+#endif
 } kvidx__slot;
 
 typedef struct { /* per-worker event id tracking (kvidx_apply)            */
@@ -1175,6 +1190,13 @@ struct kvidx {
   kvidx__grow kid_hi;          /* per run id, writer-only, a byte: past the
                                   highest offset a child hangs at (0: no
                                   child); see kvidx__run_split              */
+#ifndef KVIDX_NO_RUN_SPLIT
+  kvidx__grow hints;           /* per run id, writer-only (hints_on): a word
+                                  chunk of the seqs its blocks were stored
+                                  under by workers with their own hashes, or
+                                  KVIDX__NONE (see kvidx__hints_put)        */
+  int hints_on;                /* heap mode without tiers: moves can happen */
+#endif
   uint32_t run_free, runs_live, runs_hw; /* runs_hw: ids handed out so far */
   uint32_t detached;           /* runs whose prefix nobody holds (below) */
   uint32_t chain_hint_run, chain_hint_off; /* writer: a position's chain, */
@@ -2813,6 +2835,9 @@ KVIDX__PRIV uint32_t kvidx__slot_alloc(kvidx *ix, uint64_t id, uint32_t rank) {
   if (s / 64 + 1 > kvidx__ld(&ix->nw_live)) kvidx__st_rel(&ix->nw_live, s / 64 + 1);
   sl->used = 1;
   sl->blocks = 0;
+#ifndef KVIDX_NO_RUN_SPLIT
+  sl->hashing = 0;
+#endif
   e[0] = id;
   e[1] = KVIDX__CAST(uint64_t, rank) + 1;
   e[2] = s;
@@ -2907,6 +2932,10 @@ KVIDX__PRIV int kvidx__shared_reserve(kvidx *ix, size_t n, size_t pruned) {
       (rc = kvidx__grow_reserve(ix, &ix->runs, KVIDX__CAST(uint64_t, ix->runs_hw) + n + 1)) != KVIDX_OK ||
       (rc = kvidx__grow_reserve(ix, &ix->chains, KVIDX__CAST(uint64_t, ix->runs_hw) + n + 1)) != KVIDX_OK ||
       (rc = kvidx__grow_reserve(ix, &ix->kid_hi, KVIDX__CAST(uint64_t, ix->runs_hw) + n + 1)) != KVIDX_OK ||
+#ifndef KVIDX_NO_RUN_SPLIT
+      (ix->hints_on &&
+       (rc = kvidx__grow_reserve(ix, &ix->hints, KVIDX__CAST(uint64_t, ix->runs_hw) + n + 1)) != KVIDX_OK) ||
+#endif
       (rc = kvidx__words_reserve(ix, 2 * KVIDX__CAST(uint64_t, n) + 128)) != KVIDX_OK)
     return rc;
   return KVIDX_OK;
@@ -2962,6 +2991,53 @@ KVIDX__PRIV uint64_t *kvidx__chain_memo(const kvidx *ix, uint32_t r) {
   return KVIDX__RCAST(uint64_t *, kvidx__grow_get(&ix->chains, r, 1, 0));
 }
 
+#ifndef KVIDX_NO_RUN_SPLIT
+/* ---- seq hints: where a move of a run's rest finds seq entries without
+ * Dynamo's folding.  A worker whose seqs are its own engine's block hashes
+ * (vLLM, SGLang, TRT-LLM publish theirs; seen at its first store:
+ * kvidx__slot.hashing) leaves, for each block it puts into a run, the seq
+ * it stored it under: a word chunk per run of its locals' class, at the
+ * block's offset (writer-only, ix->hints by run id).  A move of the run's
+ * rest probes a holder's seq table with the hint when the folded chain is
+ * not there, and believes it, as the folded one, only if the entry found
+ * names the very block.  So a hint is never trusted: one a later store
+ * overwrote, or a block another worker holds under its own hash, just
+ * fails the check and the rest stays (as without hints).  Best effort: no
+ * memory, no chunk (the run keeps none).  8 bytes per position of such
+ * workers' runs; none for workers that fold as Dynamo does. */
+KVIDX__PRIV uint32_t *kvidx__hints_of(const kvidx *ix, uint32_t r) {
+  return KVIDX__RCAST(uint32_t *, kvidx__grow_get(&ix->hints, r, 1, 0));
+}
+
+/* Blocks b[0..k) were put at offsets off.. of run r by a worker with its
+ * own hashes (the run's locals already hold them). */
+KVIDX__PRIV void kvidx__hints_put(kvidx *ix, uint32_t r, uint32_t off, const kvidx_block *b, size_t k) {
+  uint32_t *h = kvidx__hints_of(ix, r), lc = KVIDX__LCLS(kvidx__ld(&kvidx__run_at(ix, r)->shape)), j;
+  if (*h == KVIDX__NONE) {
+    if ((*h = kvidx__chunk_alloc(ix, lc)) == KVIDX__NONE) return;
+    for (j = 0; j < off; j++) kvidx__st(kvidx__word(ix, *h + j), KVIDX__CAST(uint64_t, 0)); /* not known */
+  }
+  for (j = 0; j < k; j++) kvidx__st(kvidx__word(ix, *h + off + j), b[j].seq);
+}
+
+/* Run r's locals moved from a chunk of class lc to one of class nlc with
+ * len blocks: its hints follow (or go, without memory). */
+KVIDX__PRIV void kvidx__hints_move(kvidx *ix, uint32_t r, uint32_t lc, uint32_t nlc, uint32_t len) {
+  uint32_t *h = kvidx__hints_of(ix, r), n;
+  if (*h == KVIDX__NONE) return;
+  if ((n = kvidx__chunk_alloc(ix, nlc)) != KVIDX__NONE) kvidx__words_copy(ix, n, *h, len);
+  kvidx__chunk_free(ix, *h, lc);
+  *h = n;
+}
+
+/* Run r (locals of class lc) goes: so do its hints. */
+KVIDX__PRIV void kvidx__hints_drop(kvidx *ix, uint32_t r, uint32_t lc) {
+  uint32_t *h = kvidx__hints_of(ix, r);
+  if (*h != KVIDX__NONE) kvidx__chunk_free(ix, *h, lc);
+  *h = KVIDX__NONE;
+}
+#endif
+
 /* A run id: a freed one, or the next never used (room was reserved). */
 KVIDX__PRIV uint32_t kvidx__run_id(kvidx *ix) {
   uint32_t r = ix->run_free;
@@ -2993,6 +3069,9 @@ KVIDX__PRIV void kvidx__run_publish(kvidx *ix, uint32_t r, uint32_t parent, uint
   kvidx__run_wend(rn);
   *kvidx__chain_memo(ix, r) = chain;
   *kvidx__kid_hi(ix, r) = 0;
+#ifndef KVIDX_NO_RUN_SPLIT
+  if (ix->hints_on) *kvidx__hints_of(ix, r) = KVIDX__NONE;
+#endif
   kvidx__child_key(e, parent, KVIDX__POFF(shape), local);
   e[2] = r;
   kvidx__map_insert(ix, &ix->children, e);
@@ -3036,25 +3115,33 @@ KVIDX__PRIV KVIDX__A(uint64_t) *kvidx__run_room(kvidx *ix, kvidx__run *rn, KVIDX
 
 /* The run takes the k blocks written past its length (shape and nli from
  * kvidx__run_room); a chunk it left goes back to its class. */
-KVIDX__PRIV void kvidx__run_take(kvidx *ix, kvidx__run *rn, uint32_t shape, uint32_t k, uint32_t nli) {
+KVIDX__PRIV void kvidx__run_take(kvidx *ix, uint32_t r, kvidx__run *rn, uint32_t shape, uint32_t k, uint32_t nli) {
   uint32_t li = kvidx__ld(&rn->locals), lc = KVIDX__LCLS(kvidx__ld(&rn->shape));
   kvidx__run_wbegin(rn);
   KVIDX_TEST_HOOK(ix, 2); /* a run growing */
   if (nli != KVIDX__NONE) kvidx__st(&rn->locals, nli);
   kvidx__st(&rn->shape, shape + k); /* the length is the low byte (< 64) */
   kvidx__run_wend(rn);
-  if (nli != KVIDX__NONE) kvidx__chunk_free(ix, li, lc);
+  if (nli != KVIDX__NONE) {
+    kvidx__chunk_free(ix, li, lc);
+#ifndef KVIDX_NO_RUN_SPLIT
+    if (ix->hints_on) kvidx__hints_move(ix, r, lc, KVIDX__LCLS(shape), KVIDX__LEN(shape));
+#endif
+  }
+#ifdef KVIDX_NO_RUN_SPLIT
+  (void)r;
+#endif
   ix->entries += k;
 }
 
 /* Append one block to run rn (len < 64) whose locals are at *lw (updated
  * when they move to a bigger chunk); 0 if the locals could not grow. */
-KVIDX__HOT int kvidx__run_append(kvidx *ix, kvidx__run *rn, KVIDX__A(uint64_t) **lw, uint64_t local) {
+KVIDX__HOT int kvidx__run_append(kvidx *ix, uint32_t r, kvidx__run *rn, KVIDX__A(uint64_t) **lw, uint64_t local) {
   uint32_t shape = kvidx__ld(&rn->shape), nli;
   KVIDX__A(uint64_t) *w = kvidx__run_room(ix, rn, *lw, KVIDX__LEN(shape) + 1, &shape, &nli);
   if (!w) return 0;
   kvidx__st(&w[KVIDX__LEN(shape)], local);
-  kvidx__run_take(ix, rn, shape, 1, nli);
+  kvidx__run_take(ix, r, rn, shape, 1, nli);
   *lw = w;
   return 1;
 }
@@ -3178,6 +3265,9 @@ KVIDX__PRIV void kvidx__run_release(kvidx *ix, uint32_t r) {
     kvidx__run_wend(rn);
     kvidx__chunk_free(ix, kvidx__ld(&rn->locals), KVIDX__LCLS(shape));
     if (KVIDX__HCLS(shape) != KVIDX__NOCLASS) kvidx__chunk_free(ix, kvidx__ld(&rn->holders), KVIDX__HCLS(shape));
+#ifndef KVIDX_NO_RUN_SPLIT
+    if (ix->hints_on) kvidx__hints_drop(ix, r, KVIDX__LCLS(shape));
+#endif
     kvidx__st(&rn->kids, ix->run_free); /* readers see len 0 and never read it */
     ix->run_free = r;
     if (ix->chain_hint_run == r) ix->chain_hint_run = KVIDX__NONE;
@@ -3701,17 +3791,30 @@ KVIDX__PRIV void kvidx__run_shorten(kvidx *ix, uint32_t r, uint32_t len) {
  * hang off it.  The tail's holders keep every block and cutoff; their seq
  * entries point at the new run.  They are found by folding the tail's
  * locals onto the store's own seq for block k - 1 (seq_before), as
- * kvidx_seq_hashes does, and each is believed only if it names the very
- * block it should (a block held under one seq has one entry): so a split
- * happens where the tail's holders hash as the store's worker does
- * (Dynamo's hashing); a holder with other engine hashes, or two seqs for a
- * tail block, keeps the run as it is.  Not with tiers (device bits) or
+ * kvidx_seq_hashes does, or else from the run's seq hints (the seqs a
+ * worker with its own engine's hashes stored its blocks under), and each is
+ * believed only if it names the very block it should (a block held under
+ * one seq has one entry): so a split happens where the tail's holders hash
+ * as the store's worker does (Dynamo's hashing) or put the blocks there
+ * themselves; a holder with other engine hashes that no hint names, or two
+ * seqs for a tail block, keeps the run as it is.  Not with tiers (device bits) or
  * in caller-buffer mode (whose size bound counts the chunks a store makes), not when a child hangs
  * at k or later (kid_hi: those would have to move too), nor past
  * KVIDX__SPLIT_HOLDERS holders or KVIDX__SPLIT_SEQS seq entries to update;
  * nor (the caller's test, kvidx__undo_grew) in a run the store has grown.
  * Semantics do not change: the same workers hold the same chains, and the
  * index's entries stay as many.  1 if done; 0 with nothing changed. */
+/* Worker s's seq entry for (r, off) if its seq table holds `seq` there
+ * (a block held under one seq has one entry), else KVIDX__NONE. */
+KVIDX__PRIV uint32_t kvidx__seq_at(kvidx *ix, uint32_t s, uint32_t r, uint32_t off, uint64_t seq) {
+  kvidx__map *m = &ix->slots[s].seqs;
+  uint32_t at = kvidx__map_find(ix, m, &seq);
+  uint64_t pos;
+  if (at == KVIDX__NONE) return KVIDX__NONE;
+  pos = kvidx__ld(&kvidx__map_at(m, at)[1]);
+  return KVIDX__POS_RUN(pos) == r && KVIDX__POS_OFF(pos) == off ? at : KVIDX__NONE;
+}
+
 #define KVIDX__SPLIT_HOLDERS 8u /* holders of the tail */
 #define KVIDX__SPLIT_SEQS 16u
 KVIDX__PRIV int kvidx__run_split(kvidx *ix, uint32_t r, uint32_t k, uint64_t seq_before, size_t left,
@@ -3723,6 +3826,7 @@ KVIDX__PRIV int kvidx__run_split(kvidx *ix, uint32_t r, uint32_t k, uint64_t seq
   uint32_t moved_to[KVIDX__SPLIT_HOLDERS];
   unsigned char seq_off[KVIDX__SPLIT_SEQS], lc, hcl;
   uint64_t low[KVIDX__SPLIT_HOLDERS], high[KVIDX__SPLIT_HOLDERS], chain[KVIDX__RUN_MAX], e[5], any = 0;
+  uint32_t hints;
   if (ix->tiers_on || ix->buffer_mode || k == 0 || k >= len || *kvidx__kid_hi(ix, r) > k) return 0;
   kvidx__hcache_flush(ix, hc); /* every holder entry current (and holdings may move below) */
   /* from the holder list alone: the tail's holders (idx, slot), at most
@@ -3766,14 +3870,14 @@ KVIDX__PRIV int kvidx__run_split(kvidx *ix, uint32_t r, uint32_t k, uint64_t seq
   }
   if (!kept) return 0; /* (the store's own worker holds block k - 1: not met, a guard) */
   for (j = 1; j <= kvidx__log2(any); j++) chain[j] = kvidx_seq_hash_next(chain[j - 1], kvidx__local_at(ix, rn, k + j));
-  for (j = 0, nseq = 0; j < moving; j++) { /* each tail block's seq entry */
+  hints = ix->hints_on ? *kvidx__hints_of(ix, r) : KVIDX__NONE;
+  for (j = 0, nseq = 0; j < moving; j++) { /* each tail block's seq entry: the folded chain, or the hint */
     uint64_t bits = high[j];
     for (; bits; bits &= bits - 1) {
-      uint32_t o = kvidx__ctz64(bits), at = kvidx__map_find(ix, &ix->slots[slot[j]].seqs, &chain[o]);
-      uint64_t pos;
-      if (at == KVIDX__NONE) return 0; /* hashed otherwise */
-      pos = kvidx__ld(&kvidx__map_at(&ix->slots[slot[j]].seqs, at)[1]);
-      if (KVIDX__POS_RUN(pos) != r || KVIDX__POS_OFF(pos) != k + o) return 0;
+      uint32_t o = kvidx__ctz64(bits), at = kvidx__seq_at(ix, slot[j], r, k + o, chain[o]);
+      if (at == KVIDX__NONE && hints != KVIDX__NONE)
+        at = kvidx__seq_at(ix, slot[j], r, k + o, kvidx__ld(kvidx__word(ix, hints + k + o)));
+      if (at == KVIDX__NONE) return 0; /* hashed otherwise, and no hint names it */
       seq_at[nseq] = at;
       seq_off[nseq++] = KVIDX__CAST(unsigned char, o);
     }
@@ -3785,7 +3889,8 @@ KVIDX__PRIV int kvidx__run_split(kvidx *ix, uint32_t r, uint32_t k, uint64_t seq
       kvidx__map_reserve(ix, &ix->children, 1) != KVIDX_OK ||
       kvidx__grow_reserve(ix, &ix->runs, KVIDX__CAST(uint64_t, ix->runs_hw) + 1) != KVIDX_OK ||
       kvidx__grow_reserve(ix, &ix->chains, KVIDX__CAST(uint64_t, ix->runs_hw) + 1) != KVIDX_OK ||
-      kvidx__grow_reserve(ix, &ix->kid_hi, KVIDX__CAST(uint64_t, ix->runs_hw) + 1) != KVIDX_OK)
+      kvidx__grow_reserve(ix, &ix->kid_hi, KVIDX__CAST(uint64_t, ix->runs_hw) + 1) != KVIDX_OK ||
+      kvidx__grow_reserve(ix, &ix->hints, KVIDX__CAST(uint64_t, ix->runs_hw) + 1) != KVIDX_OK)
     return 0;
   if ((li = kvidx__chunk_alloc(ix, lc)) == KVIDX__NONE) return 0;
   if ((hi = kvidx__chunk_alloc(ix, hcl)) == KVIDX__NONE) {
@@ -3798,6 +3903,11 @@ KVIDX__PRIV int kvidx__run_split(kvidx *ix, uint32_t r, uint32_t k, uint64_t seq
   kvidx__words_copy(ix, li, kvidx__ld(&rn->locals) + k, tail);
   for (j = 0; j < moving; j++) kvidx__st(kvidx__word(ix, hi + j), kvidx__holder_word(slot[j], high[j]));
   kvidx__run_publish(ix, t, r, li, hi, moving, KVIDX__SHAPE(tail, k - 1, lc, hcl), kvidx__local_at(ix, rn, k), 0);
+  if (hints != KVIDX__NONE) { /* the rest's hints go with it (best effort) */
+    uint32_t th = kvidx__chunk_alloc(ix, lc);
+    if (th != KVIDX__NONE) kvidx__words_copy(ix, th, hints + k, tail);
+    *kvidx__hints_of(ix, t) = th;
+  }
   for (j = 0; j < moving; j++) { /* the tail's holdings */
     e[0] = (KVIDX__CAST(uint64_t, slot[j]) + 1) << 32 | t;
     e[KVIDX__H_HELD] = high[j];
@@ -3876,7 +3986,7 @@ KVIDX__PRIV void kvidx__cursor_at(const kvidx *ix, kvidx__cursor *c, uint32_t r,
  * kvidx__run_split).
  * Changes to runs that were there go into the undo log. */
 KVIDX__PRIV int kvidx__advance(kvidx *ix, kvidx__cursor *c, uint64_t local, size_t hint, uint64_t chain,
-                               uint64_t seq_before, kvidx__undo *u, kvidx__hcache *hc) {
+                               uint64_t seq_before, const kvidx_block *own, kvidx__undo *u, kvidx__hcache *hc) {
   uint32_t ch;
   if (c->off + 1 < c->len && kvidx__ld(&c->lw[c->off + 1]) == local) {
     c->off++;
@@ -3914,14 +4024,22 @@ KVIDX__PRIV int kvidx__advance(kvidx *ix, kvidx__cursor *c, uint64_t local, size
       if (!kvidx__undo_push(ix, u, c->r, c->len)) return kvidx__oom(ix);
       c->logged = 1;
     }
-    if (!kvidx__run_append(ix, c->rn, &c->lw, local)) return kvidx__oom(ix);
+    if (!kvidx__run_append(ix, c->r, c->rn, &c->lw, local)) return kvidx__oom(ix);
     c->len++;
     c->off++;
+#ifndef KVIDX_NO_RUN_SPLIT
+    if (own) kvidx__hints_put(ix, c->r, c->off, own, 1);
+#endif
     return KVIDX_OK;
   }
   if ((ch = kvidx__run_new(ix, c->r, c->off, local, hint, chain)) == KVIDX__NONE) return kvidx__oom(ix);
   kvidx__cursor_at(ix, c, ch, 0);
   c->made = 1;
+#ifndef KVIDX_NO_RUN_SPLIT
+  if (own) kvidx__hints_put(ix, ch, 0, own, 1);
+#else
+  (void)own;
+#endif
   return KVIDX_OK;
 }
 
@@ -3986,7 +4104,7 @@ KVIDX__HOT void kvidx__store_ahead(const kvidx *ix, const kvidx__seqview *sv, ui
  * this way: its store path 10% fewer instructions, events 0.93x the time. */
 KVIDX__PRIV size_t kvidx__store_tail(kvidx *ix, kvidx__cursor *cur, const kvidx__seqview *sv, kvidx__hcache *hc,
                                      const kvidx_block *b, size_t i, size_t n, uint64_t *homes, uint64_t hi,
-                                     uint32_t free_at, uint32_t tbit, int dev) {
+                                     uint32_t free_at, uint32_t tbit, int dev, int own) {
   kvidx__run *rn = cur->rn;
   uint32_t shape = kvidx__ld(&rn->shape), len = KVIDX__LEN(shape), nli;
   KVIDX__A(uint64_t) *lw, *h = hc->h;
@@ -4009,7 +4127,12 @@ KVIDX__PRIV size_t kvidx__store_tail(kvidx *ix, kvidx__cursor *cur, const kvidx_
     kvidx__store_ahead(ix, sv, homes, b, j, n); /* as the caller's loop does, a step later */
   }
   k = j - i;
-  kvidx__run_take(ix, rn, shape, KVIDX__CAST(uint32_t, k), nli);
+  kvidx__run_take(ix, cur->r, rn, shape, KVIDX__CAST(uint32_t, k), nli);
+#ifndef KVIDX_NO_RUN_SPLIT
+  if (own) kvidx__hints_put(ix, cur->r, len, b + i, k);
+#else
+  (void)own;
+#endif
   ones = k == 64 ? ~KVIDX__CAST(uint64_t, 0) : (KVIDX__CAST(uint64_t, 1) << k) - 1;
   mask = ones << len;
   kvidx__st(&h[KVIDX__H_HELD], held | mask);
@@ -4036,7 +4159,7 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
   int plain;                    /* its puts: two words, straight */
   kvidx__undo undo;
   size_t i, lim = ix->max_blocks < n ? 0 : ix->max_blocks - n;
-  int rc = KVIDX_OK, saw_held = 0, track, chain_ok = 0, tail = 0;
+  int rc = KVIDX_OK, saw_held = 0, track, chain_ok = 0, tail = 0, own = 0;
   kvidx__slot *sl;
   for (i = 0; i < n && i < KVIDX__AHEAD; i++) /* the first blocks' seq lines, while the parent's loads */
     homes[i] = kvidx__key_hash(ix->seed, &b[i].seq, 1);
@@ -4084,6 +4207,13 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
     kvidx__map_move(&ix->slots[s].seqs, &spare);
   }
   sl = &ix->slots[s];
+#ifndef KVIDX_NO_RUN_SPLIT
+  if (ix->hints_on && !detached) { /* its seqs: Dynamo's folding or its own (then it leaves hints) */
+    if (!sl->hashing)
+      sl->hashing = b[0].seq == (parent ? kvidx_seq_hash_next(*parent, b[0].local) : b[0].local) ? 1 : 2;
+    own = sl->hashing == 2;
+  }
+#endif
   if (n > 64 * 16) { /* which blocks were held: a rollback takes exactly the others back */
     held = KVIDX__CAST(uint64_t *, kvidx__alloc(ix, (n + 63) / 64 * 8));
     if (!held) {
@@ -4123,7 +4253,7 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
     if (tail && plain && hc.run == cur.r && ix->entries < ix->max_entries) {
       /* the commonest case: new blocks at the end of a run this store made
        * or logged, its holding at hand (kvidx__store_tail) */
-      size_t k = kvidx__store_tail(ix, &cur, &sv, &hc, b, i, n, homes, h, free_at, tbit, tier == KVIDX_TIER_DEVICE);
+      size_t k = kvidx__store_tail(ix, &cur, &sv, &hc, b, i, n, homes, h, free_at, tbit, tier == KVIDX_TIER_DEVICE, own);
       if (k) {
         sl->seqs.n += KVIDX__CAST(uint32_t, k);
         sl->blocks += k;
@@ -4137,11 +4267,14 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
       /* the common case: one more block at the end of a run this store made
        * or already logged, with nothing below it (kvidx__advance's last
        * case without the cases before it) */
-      if (!kvidx__run_append(ix, cur.rn, &cur.lw, b[i].local)) {
+      if (!kvidx__run_append(ix, cur.r, cur.rn, &cur.lw, b[i].local)) {
         rc = kvidx__oom(ix);
         break;
       }
       cur.off = cur.len++;
+#ifndef KVIDX_NO_RUN_SPLIT
+      if (own) kvidx__hints_put(ix, cur.r, cur.off, &b[i], 1);
+#endif
       tail = cur.len < KVIDX__RUN_MAX;
     } else {
       if (track) {
@@ -4149,7 +4282,8 @@ KVIDX__PRIV int kvidx__ix_store(kvidx *ix, uint64_t id, uint32_t rank, const uin
         else chain = kvidx_seq_hash_next(chain_ok ? chain : kvidx__chain_at(ix, cur.r, cur.off), b[i].local);
         chain_ok = 1;
       }
-      if ((rc = kvidx__advance(ix, &cur, b[i].local, n - i, chain, i ? b[i - 1].seq : parent ? *parent : 0, &undo, &hc)) != KVIDX_OK) {
+      if ((rc = kvidx__advance(ix, &cur, b[i].local, n - i, chain, i ? b[i - 1].seq : parent ? *parent : 0,
+                               own ? &b[i] : NULL, &undo, &hc)) != KVIDX_OK) {
         kvidx__run_release(ix, cur.r); /* a run made for this block and left empty */
         break;
       }
@@ -4988,6 +5122,11 @@ KVIDX__PRIV kvidx *kvidx__setup(const kvidx_config *cfg, const kvidx__plan *pl, 
   ix->chains.shift0 = pl->runs_shift;
   ix->kid_hi.es = 1;
   ix->kid_hi.shift0 = pl->runs_shift;
+#ifndef KVIDX_NO_RUN_SPLIT
+  ix->hints.es = 4;
+  ix->hints.shift0 = pl->runs_shift;
+  ix->hints_on = !buffer && !ix->tiers_on;
+#endif
   kvidx__map_init(&ix->slot_map, 3, 2, 1, 0);
   kvidx__map_init(&ix->children, 3, 2, 0, 1);
   kvidx__map_init(&ix->holds, ix->tiers_on ? 5u : 4u, 1, 0, 0);
@@ -5088,6 +5227,9 @@ KVIDX_DEF void kvidx_destroy(kvidx *ix) {
   kvidx__grow_drop(ix, &ix->runs);
   kvidx__grow_drop(ix, &ix->chains);
   kvidx__grow_drop(ix, &ix->kid_hi);
+#ifndef KVIDX_NO_RUN_SPLIT
+  kvidx__grow_drop(ix, &ix->hints);
+#endif
   if (ix->heap) kvidx__free(ix, ix->heap, ix->heap_cap * sizeof(kvidx__victim));
   kvidx__free(ix, ix, ix->fixed_bytes);
 }

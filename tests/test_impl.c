@@ -1327,17 +1327,28 @@ int t_run_split(void) {
   (void)t_split_p;
   for (k = 0; k < 2; k++) {
     kvidx *ix, *ref;
-    /* the plain case, and a holder of the tail with opaque seqs (no move) */
-    for (opaque = 0; opaque < 2; opaque++) {
+    /* the plain case; the tail's holder with opaque seqs, the worker that
+     * put its blocks (found by its hints: a move); and a second holder with
+     * opaque seqs of its own, which no hint names (no move: it holds the
+     * hints' seqs too, on another path, so a hint believed without its
+     * position check would move the wrong entries) */
+    for (opaque = 0; opaque < 3; opaque++) {
+      int moves = opaque < 2;
       if (t_with_ref(kinds[k], &ix, &ref)) return fails + 1;
       fails += t_split_store(ix, ref, 1, paths[0], 6, opaque ? 7000 : 0);
+      if (opaque == 2) {
+        static const uint64_t other[6] = {21, 22, 23, 24, 25, 26};
+        fails += t_split_store(ix, ref, 3, other, 6, 7000);
+        fails += t_split_store(ix, ref, 3, paths[0], 6, 8000);
+      }
       r = t_split_run_of(ix, 1, paths[0], 6, opaque ? 7000 : 0);
       TD(t_split_len(ix, r) == 6);
       fails += t_split_store(ix, ref, 2, paths[1], 5, 0);
-      TD(t_split_run_of(ix, 2, paths[1], 5, 0) == (opaque ? kvidx__child_find(ix, r, 2, 14) : r));
-      TD(t_split_len(ix, r) == (opaque ? 6u : 5u));
+      TD(t_split_run_of(ix, 2, paths[1], 5, 0) == (moves ? r : kvidx__child_find(ix, r, 2, 14)));
+      TD(t_split_len(ix, r) == (moves ? 5u : 6u));
       t = t_split_run_of(ix, 1, paths[0], 6, opaque ? 7000 : 0);
-      TD(opaque ? t == r : (t == kvidx__child_find(ix, r, 2, 31) && t != KVIDX__NONE && t_split_len(ix, t) == 3));
+      TD(moves ? (t == kvidx__child_find(ix, r, 2, 31) && t != KVIDX__NONE && t_split_len(ix, t) == 3) : t == r);
+      if (opaque == 2) TD(t_split_run_of(ix, 3, paths[0], 6, 8000) == r);
       fails += t_split_same(ix, ref, paths, 3);
       { /* removals find the moved seq entries */
         static const uint32_t at[2] = {4, 5};
