@@ -1355,6 +1355,10 @@ int t_run_split(void) {
         fails += t_split_remove(ix, ref, 1, paths[0], 6, at, 2, opaque ? 7000 : 0);
       }
       fails += t_split_same(ix, ref, paths, 3);
+      /* every worker gone: every run and word chunk (locals, holders,
+       * seq hints) back on the free lists */
+      TD(kvidx_clear(ix, 1, 0) == KVIDX_OK && kvidx_clear(ix, 2, 0) == KVIDX_OK && kvidx_clear(ix, 3, 0) == KVIDX_OK);
+      TD(ix->runs_live == 0 && ix->words.used == 0);
       kvidx_destroy(ix);
       kvidx_destroy(ref);
     }
