@@ -1777,7 +1777,8 @@ static void ew_u64(ewriter_t *w, uint64_t v) {
  * bijection, so parents and removals name the same blocks as before and
  * the answers (matched on locals) stay the same, but a store's seqs no
  * longer follow Dynamo's chain of its locals (kvidx_seq_hash_next), which
- * the index can use (a run's rest moves out only where they do). */
+ * the index uses where it holds (a moving rest's seq entries are found by
+ * that folding, else by the seq hints such workers leave). */
 static uint64_t opaque_seq(const bench_t *B, uint64_t seq) {
   if (!B->o->opaque_seqs) return seq;
   seq ^= seq >> 33;
