@@ -3778,6 +3778,17 @@ KVIDX__PRIV void kvidx__run_shorten(kvidx *ix, uint32_t r, uint32_t len) {
 }
 
 #ifndef KVIDX_NO_RUN_SPLIT
+/* Worker s's seq entry for (r, off) if its seq table holds `seq` there
+ * (a block held under one seq has one entry), else KVIDX__NONE. */
+KVIDX__PRIV uint32_t kvidx__seq_at(kvidx *ix, uint32_t s, uint32_t r, uint32_t off, uint64_t seq) {
+  kvidx__map *m = &ix->slots[s].seqs;
+  uint32_t at = kvidx__map_find(ix, m, &seq);
+  uint64_t pos;
+  if (at == KVIDX__NONE) return KVIDX__NONE;
+  pos = kvidx__ld(&kvidx__map_at(m, at)[1]);
+  return KVIDX__POS_RUN(pos) == r && KVIDX__POS_OFF(pos) == off ? at : KVIDX__NONE;
+}
+
 /* ---- a run's tail moves out ------------------------------------------------
  * A store that leaves run r after its block k - 1 (its next block is not
  * r's block k) would start a run of its own there.  Instead, when it can,
@@ -3804,17 +3815,6 @@ KVIDX__PRIV void kvidx__run_shorten(kvidx *ix, uint32_t r, uint32_t len) {
  * nor (the caller's test, kvidx__undo_grew) in a run the store has grown.
  * Semantics do not change: the same workers hold the same chains, and the
  * index's entries stay as many.  1 if done; 0 with nothing changed. */
-/* Worker s's seq entry for (r, off) if its seq table holds `seq` there
- * (a block held under one seq has one entry), else KVIDX__NONE. */
-KVIDX__PRIV uint32_t kvidx__seq_at(kvidx *ix, uint32_t s, uint32_t r, uint32_t off, uint64_t seq) {
-  kvidx__map *m = &ix->slots[s].seqs;
-  uint32_t at = kvidx__map_find(ix, m, &seq);
-  uint64_t pos;
-  if (at == KVIDX__NONE) return KVIDX__NONE;
-  pos = kvidx__ld(&kvidx__map_at(m, at)[1]);
-  return KVIDX__POS_RUN(pos) == r && KVIDX__POS_OFF(pos) == off ? at : KVIDX__NONE;
-}
-
 #define KVIDX__SPLIT_HOLDERS 8u /* holders of the tail */
 #define KVIDX__SPLIT_SEQS 16u
 KVIDX__PRIV int kvidx__run_split(kvidx *ix, uint32_t r, uint32_t k, uint64_t seq_before, size_t left,
@@ -3983,7 +3983,8 @@ KVIDX__PRIV void kvidx__cursor_at(const kvidx *ix, kvidx__cursor *c, uint32_t r,
  * (else 0): a position this store is about to make may be one of them.
  * seq_before: the store's seq for the block at the cursor (a new run's
  * place may go to the store when the run's tail can move out:
- * kvidx__run_split).
+ * kvidx__run_split).  own: the block itself when its worker leaves seq
+ * hints (kvidx__hints_put), else NULL.
  * Changes to runs that were there go into the undo log. */
 KVIDX__PRIV int kvidx__advance(kvidx *ix, kvidx__cursor *c, uint64_t local, size_t hint, uint64_t chain,
                                uint64_t seq_before, const kvidx_block *own, kvidx__undo *u, kvidx__hcache *hc) {
@@ -4099,7 +4100,8 @@ KVIDX__HOT void kvidx__store_ahead(const kvidx *ix, const kvidx__seqview *sv, ui
  * the run's 64th block and at max_entries.  Nothing can run out part way:
  * a locals chunk too small is replaced first, and if that fails, 0 with
  * nothing changed (the caller's general path takes block i).  The plain
- * seq table only (two words, not draining).  Returns the blocks taken;
+ * seq table only (two words, not draining).  own: the worker leaves seq
+ * hints (kvidx__hints_put).  Returns the blocks taken;
  * the caller counts them.  Two blocks in three of W16 C16384's stores come
  * this way: its store path 10% fewer instructions, events 0.93x the time. */
 KVIDX__PRIV size_t kvidx__store_tail(kvidx *ix, kvidx__cursor *cur, const kvidx__seqview *sv, kvidx__hcache *hc,
